@@ -16,7 +16,7 @@ SIMD_AVX2   = -mavx2 -mfma -mf16c
 SIMD_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
 # Library subsystems, in dependency order.  Each folder is one subsystem.
-LIB_DIRS = common model kernels shm proto worker coordinator client
+LIB_DIRS = common model kernels sampling shm proto worker coordinator client
 PROTO_SRC = $(BUILD)/proto/subternary.pb-c.c
 LIB_SRC  = $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)) $(if $(wildcard proto/*.proto),$(PROTO_SRC))
 LIB_OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(patsubst $(BUILD)/%,%,$(LIB_SRC)))

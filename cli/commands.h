@@ -7,5 +7,7 @@ int st_cmd_model(int argc, char **argv);    // model info / gen / quantize
 int st_cmd_logits(int argc, char **argv);
 int st_cmd_tokenize(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
+int st_cmd_generate(int argc, char **argv);
+int st_cmd_worker(int argc, char **argv);
 
 #endif

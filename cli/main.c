@@ -14,7 +14,9 @@ static const struct command commands[] = {
     {"model", st_cmd_model, "model info FILE | model gen ... | model quantize IN OUT TYPE"},
     {"logits", st_cmd_logits, "logits -m MODEL --tokens 1,2,3 -o OUT.f32"},
     {"tokenize", st_cmd_tokenize, "tokenize -m MODEL [--no-bos] < text"},
+    {"generate", st_cmd_generate, "generate -m TARGET [-d DRAFT] (-p TEXT | --tokens IDS) -n N [...]"},
     {"bench", st_cmd_bench, "bench SUITE [options]"},
+    {"worker", st_cmd_worker, "(internal) a worker process, started by the coordinator"},
 };
 
 static void usage(FILE *f)

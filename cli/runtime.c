@@ -1,0 +1,130 @@
+#include "cli/runtime.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile sig_atomic_t st_stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    st_stop_requested = 1;
+}
+
+void st_runtime_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int st_runtime_dir_new(char *path, size_t cap, struct st_error *e)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/subternary-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(path)) return st_error_set(e, "mkdtemp(%s): %s", path, strerror(errno));
+    return 0;
+}
+
+void st_runtime_dir_remove(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.') continue;
+            char f[1024];
+            snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+int st_runtime_exe(char *path, size_t cap, struct st_error *e)
+{
+    ssize_t n = readlink("/proc/self/exe", path, cap - 1);
+    if (n < 0) return st_error_set(e, "readlink(/proc/self/exe): %s", strerror(errno));
+    path[n] = 0;
+    return 0;
+}
+
+static int num(const char *opt, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "subternary: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+#define VALUE()                                                                 \
+    do {                                                                        \
+        if (*i + 1 >= argc) {                                                   \
+            fprintf(stderr, "subternary: %s needs a value\n", argv[*i]);        \
+            return -1;                                                          \
+        }                                                                       \
+        v = argv[++*i];                                                         \
+    } while (0)
+
+int st_runtime_engine_opt(int argc, char **argv, int *i, struct st_engine_config *ec)
+{
+    const char *o = argv[*i], *v;
+    double x;
+    if (!strcmp(o, "-m") || !strcmp(o, "--target")) { VALUE(); ec->target_path = v; return 1; }
+    if (!strcmp(o, "-d") || !strcmp(o, "--draft")) { VALUE(); ec->draft_path = v; return 1; }
+    if (!strcmp(o, "--ctx")) { VALUE(); if (num(o, v, 16, 1 << 20, &x)) return -1; ec->n_ctx = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--slots")) { VALUE(); if (num(o, v, 1, 4096, &x)) return -1; ec->n_slots = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--k-max")) { VALUE(); if (num(o, v, 1, 32, &x)) return -1; ec->k_max = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--nodes")) { VALUE(); if (num(o, v, 1, ST_ENGINE_MAX_NODES, &x)) return -1; ec->n_nodes = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--cpus")) { VALUE(); ec->cpus = v; return 1; }
+    if (!strcmp(o, "--workers")) { VALUE(); if (num(o, v, 1, 128, &x)) return -1; ec->workers_per_node = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--hang-ms")) { VALUE(); if (num(o, v, 50, 600000, &x)) return -1; ec->hang_ms = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--prefill-chunk")) { VALUE(); if (num(o, v, 1, 1024, &x)) return -1; ec->prefill_chunk = (uint32_t)x; return 1; }
+    return 0;
+}
+
+void st_runtime_gen_defaults(struct st_gen_params *gp)
+{
+    memset(gp, 0, sizeof *gp);
+    gp->max_tokens = 128;
+    gp->speculate = true;
+    gp->governor = true;
+    gp->stop_at_eos = true;
+    gp->seed = 42;
+}
+
+int st_runtime_gen_opt(int argc, char **argv, int *i, struct st_gen_params *gp)
+{
+    const char *o = argv[*i], *v;
+    double x;
+    if (!strcmp(o, "-n") || !strcmp(o, "--max-tokens")) { VALUE(); if (num(o, v, 1, 1 << 20, &x)) return -1; gp->max_tokens = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--temp")) { VALUE(); if (num(o, v, 0, 100, &x)) return -1; gp->sampling.temperature = (float)x; return 1; }
+    if (!strcmp(o, "--top-k")) { VALUE(); if (num(o, v, 0, 1 << 24, &x)) return -1; gp->sampling.top_k = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--top-p")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->sampling.top_p = (float)x; return 1; }
+    if (!strcmp(o, "--min-p")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->sampling.min_p = (float)x; return 1; }
+    if (!strcmp(o, "--seed")) { VALUE(); if (num(o, v, 0, 1.8e19, &x)) return -1; gp->seed = (uint64_t)x; return 1; }
+    if (!strcmp(o, "--k")) { VALUE(); if (num(o, v, 0, 32, &x)) return -1; gp->k = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--no-governor")) { gp->governor = false; return 1; }
+    if (!strcmp(o, "--governor-threshold")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->governor_threshold = (float)x; return 1; }
+    if (!strcmp(o, "--no-spec")) { gp->speculate = false; return 1; }
+    if (!strcmp(o, "--ignore-eos")) { gp->stop_at_eos = false; return 1; }
+    if (!strcmp(o, "--stop")) {
+        VALUE();
+        if (gp->n_stop >= ST_SESSION_MAX_STOPS) { fprintf(stderr, "subternary: at most %d --stop strings\n", ST_SESSION_MAX_STOPS); return -1; }
+        gp->stop[gp->n_stop++] = v;
+        return 1;
+    }
+    return 0;
+}

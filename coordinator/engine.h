@@ -1,0 +1,79 @@
+// The engine: the models, one region and one worker set per (virtual) node,
+// and the KV slots of every node.  It loads the weights once into node 0's
+// region, replicates them to the other nodes, and starts the worker sets.
+#ifndef ST_COORDINATOR_ENGINE_H
+#define ST_COORDINATOR_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coordinator/load.h"
+#include "coordinator/pool.h"
+#include "model/layout.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "shm/kv.h"
+#include "shm/region.h"
+#include "shm/topology.h"
+
+#define ST_ENGINE_MAX_NODES 16
+
+struct st_engine_config {
+    const char *target_path;
+    const char *draft_path;  // NULL: target alone
+    uint32_t n_slots;        // KV slots per node (0: 1)
+    uint32_t n_ctx;          // positions per slot (0: min(4096, trained context))
+    uint32_t k_max;          // longest draft (0: 8)
+    uint32_t prefill_chunk;  // rows per prefill forward (0: 64)
+    uint32_t n_nodes;        // split the CPUs into this many virtual nodes (0: the NUMA nodes)
+    const char *cpus;        // CPU list "0,1" or "0-3" (NULL: all allowed)
+    uint32_t workers_per_node; // 0: one per CPU
+    const char *exe;         // the subternary binary (workers are exec'd from it)
+    const char *run_dir;     // directory for ipc endpoints (mode 0700)
+    bool progress;           // loading progress bar on a TTY
+    uint32_t hang_ms;        // liveness timeout (0: 5000)
+    bool quiet;              // no load report on stderr
+};
+
+struct st_engine_node {
+    uint32_t index;
+    struct st_region *region;
+    struct st_set_control *ctl;
+    struct st_scratch_layout sl;
+    uint8_t *scratch;        // the scratch section (coordinator's view)
+    struct st_kv kv;
+    struct st_pool *pool;
+    uint32_t n_cpus;
+    int cpus[ST_SET_MAX_RANKS];
+    uint32_t sessions;       // placed here
+    char endpoint[256];
+};
+
+struct st_engine {
+    struct st_engine_config cfg;
+    struct st_llama_model *target, *draft;
+    struct st_tokenizer *tok; // from the target file; NULL if it has none
+    uint32_t n_models, n_ctx, k_max, m_max, n_vocab;
+    uint32_t n_nodes;
+    struct st_engine_node node[ST_ENGINE_MAX_NODES];
+    struct st_load_stats load;
+    const char *huge_note;
+    void *zctx;
+    uint64_t next_session;
+};
+
+int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_engine **out, struct st_error *e);
+void st_engine_close(struct st_engine **eng);
+
+// Runs a step on a node's worker set.
+int st_engine_step(struct st_engine *eng, uint32_t node, Subternary__StepCommand *cmd, struct st_step_result *res,
+                   struct st_error *e);
+
+// Total workers and ready ones, restarts.
+uint32_t st_engine_workers(const struct st_engine *eng, uint32_t *ready);
+uint64_t st_engine_restarts(const struct st_engine *eng);
+
+// Parses a CPU list ("0-3,6") into cpus[]; returns the count or -1.
+int st_engine_parse_cpus(const char *s, int *cpus, int cap);
+
+#endif

@@ -1,0 +1,307 @@
+#include "coordinator/load.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "shm/uring_read.h"
+
+#define STAGING_BYTES (UINT64_C(256) << 20)
+
+// One matrix to place: where it comes from and where it goes.
+struct job {
+    const struct st_gguf_tensor *t;
+    uint32_t model;
+    uint64_t file_offset;
+    struct st_layout_mat *dst; // into the plan's directory image
+};
+
+struct st_load_plan {
+    uint32_t n_models;
+    struct st_llama_model *const *models;
+    const char *paths[ST_LAYOUT_MAX_MODELS];
+    struct st_layout_dir dir;
+    struct st_layout_layer *layers[ST_LAYOUT_MAX_MODELS]; // [n_layer] images
+    struct job *jobs;
+    uint32_t n_jobs;
+    uint64_t bytes;
+    uint64_t act_row_max;
+};
+
+static uint64_t take(uint64_t *at, uint64_t bytes, uint64_t align)
+{
+    uint64_t off = (*at + align - 1) / align * align;
+    *at = off + bytes;
+    return off;
+}
+
+static int plan_mat(struct st_load_plan *p, uint32_t model, const struct st_gguf_tensor *t, struct st_layout_mat *m,
+                    uint64_t *at, struct st_error *e)
+{
+    uint32_t run;
+    size_t bytes = st_kern_runfmt_size(t->type, t->ne[1], t->ne[0], &run);
+    if (!bytes)
+        return st_error_set(e, "tensor '%s' (%s, %lld x %lld): no kernel run format", t->name,
+                            st_type_name(t->type), (long long)t->ne[1], (long long)t->ne[0]);
+    *m = (struct st_layout_mat){.offset = take(at, bytes, 4096), .bytes = bytes, .run_type = run,
+                                .gguf_type = t->type, .rows = t->ne[1], .cols = t->ne[0]};
+    uint64_t act = st_kern_act_row_bytes(run, t->ne[0]);
+    if (act > p->act_row_max) p->act_row_max = act;
+    p->jobs[p->n_jobs++] = (struct job){t, model, p->models[model]->gguf->data_offset + t->offset, m};
+    p->dir.model[model].weight_bytes += bytes;
+    return 0;
+}
+
+int st_load_plan_new(struct st_llama_model *const *models, const char *const *paths, uint32_t n_models,
+                     struct st_load_plan **out, uint64_t *bytes, struct st_error *e)
+{
+    *out = NULL;
+    struct st_load_plan *p = calloc(1, sizeof *p);
+    if (!p) return st_error_set(e, "out of memory");
+    p->n_models = n_models;
+    p->models = models;
+    p->dir.magic = ST_LAYOUT_MAGIC;
+    p->dir.n_models = n_models;
+    uint32_t max_jobs = 0;
+    for (uint32_t i = 0; i < n_models; i++) max_jobs += 7 * models[i]->hp.n_layer + 1;
+    p->jobs = calloc(max_jobs, sizeof *p->jobs);
+    if (!p->jobs) goto oom;
+    uint64_t at = sizeof p->dir;
+    for (uint32_t i = 0; i < n_models; i++) {
+        const struct st_llama_model *m = models[i];
+        struct st_layout_model *lm = &p->dir.model[i];
+        p->paths[i] = paths[i];
+        lm->hp = m->hp;
+        lm->embd_type = m->tok_embd->type;
+        lm->embd_row_bytes = st_type_row_bytes(m->tok_embd->type, m->hp.n_embd);
+        lm->embd_offset = take(&at, m->tok_embd->n_bytes, 4096);
+        lm->output_norm = (struct st_layout_vec){take(&at, m->hp.n_embd * 4, 64), m->hp.n_embd, 0};
+        lm->rope_freqs = (struct st_layout_vec){take(&at, m->hp.n_rot / 2 * 4 + 4, 64), m->hp.n_rot / 2, 0};
+        lm->layers_offset = take(&at, m->hp.n_layer * sizeof(struct st_layout_layer), 64);
+        p->layers[i] = calloc(m->hp.n_layer, sizeof(struct st_layout_layer));
+        if (!p->layers[i]) goto oom;
+        if (plan_mat(p, i, m->output, &lm->output, &at, e)) goto fail;
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            const struct st_llama_layer *L = &m->layers[l];
+            struct st_layout_layer *ll = &p->layers[i][l];
+            ll->attn_norm = (struct st_layout_vec){take(&at, m->hp.n_embd * 4, 64), m->hp.n_embd, 0};
+            ll->ffn_norm = (struct st_layout_vec){take(&at, m->hp.n_embd * 4, 64), m->hp.n_embd, 0};
+            if (plan_mat(p, i, L->wq, &ll->wq, &at, e) || plan_mat(p, i, L->wk, &ll->wk, &at, e) ||
+                plan_mat(p, i, L->wv, &ll->wv, &at, e) || plan_mat(p, i, L->wo, &ll->wo, &at, e) ||
+                plan_mat(p, i, L->ffn_gate, &ll->gate, &at, e) || plan_mat(p, i, L->ffn_up, &ll->up, &at, e) ||
+                plan_mat(p, i, L->ffn_down, &ll->down, &at, e))
+                goto fail;
+        }
+    }
+    p->bytes = (at + 4095) / 4096 * 4096;
+    *bytes = p->bytes;
+    *out = p;
+    return 0;
+oom:
+    st_error_set(e, "load plan: out of memory");
+fail:
+    st_load_plan_free(&p);
+    return -1;
+}
+
+void st_load_plan_free(struct st_load_plan **pp)
+{
+    struct st_load_plan *p = *pp;
+    if (!p) return;
+    for (int i = 0; i < ST_LAYOUT_MAX_MODELS; i++) free(p->layers[i]);
+    free(p->jobs);
+    free(p);
+    *pp = NULL;
+}
+
+uint64_t st_load_plan_act_row_max(const struct st_load_plan *p) { return p->act_row_max; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct progress {
+    bool on;
+    uint64_t base, total;
+    double t0;
+};
+
+static void draw(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)total;
+    struct progress *pr = ctx;
+    if (!pr->on) return;
+    uint64_t d = pr->base + done;
+    int w = 40, fill = (int)(w * (double)d / (double)(pr->total ? pr->total : 1));
+    double el = now_s() - pr->t0;
+    fprintf(stderr, "\rloading [%.*s%*s] %5.1f%% %.2f GB/s", fill, "########################################",
+            w - fill, "", 100.0 * d / (pr->total ? pr->total : 1), el > 0 ? d / el / 1e9 : 0.0);
+}
+
+// Repacks staged jobs [a, b) with two threads splitting the row groups.
+struct repack_arg {
+    const struct job *jobs;
+    const void *const *src;
+    uint8_t *weights;
+    uint32_t a, b, part, parts;
+    int rc;
+    struct st_error e;
+};
+
+static void *repack_thread(void *v)
+{
+    struct repack_arg *ra = v;
+    for (uint32_t j = ra->a; j < ra->b && !ra->rc; j++) {
+        const struct job *jb = &ra->jobs[j];
+        const struct st_layout_mat *m = jb->dst;
+        if (!ra->src[j - ra->a]) continue;
+        int64_t per = (m->rows + ra->parts - 1) / ra->parts;
+        per = (per + 7) / 8 * 8;
+        int64_t r0 = per * ra->part, r1 = r0 + per < m->rows ? r0 + per : m->rows;
+        if (r0 >= r1) continue;
+        size_t rb = st_type_row_bytes(m->gguf_type, m->cols);
+        ra->rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type,
+                                (const uint8_t *)ra->src[j - ra->a] + r0 * rb, r0, r1, ra->weights + m->offset,
+                                m->bytes, &ra->e);
+    }
+    return NULL;
+}
+
+static int flush_batch(const struct st_load_plan *p, uint32_t a, uint32_t b, const void **src, uint8_t *weights,
+                       struct st_error *e)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t parts = ncpu > 1 ? (ncpu > 8 ? 8 : (uint32_t)ncpu) : 1;
+    pthread_t th[8];
+    struct repack_arg ra[8];
+    for (uint32_t t = 0; t < parts; t++) {
+        ra[t] = (struct repack_arg){p->jobs, (const void *const *)src, weights, a, b, t, parts, 0, {{0}}};
+        if (t > 0 && pthread_create(&th[t], NULL, repack_thread, &ra[t])) parts = t;
+    }
+    repack_thread(&ra[0]);
+    for (uint32_t t = 1; t < parts; t++) pthread_join(th[t], NULL);
+    for (uint32_t t = 0; t < parts; t++)
+        if (ra[t].rc) {
+            *e = ra[t].e;
+            return -1;
+        }
+    return 0;
+}
+
+int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, struct st_load_stats *stats,
+                struct st_error *e)
+{
+    uint64_t wbytes;
+    uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &wbytes);
+    if (wbytes < p->bytes)
+        return st_error_set(e, "weights section of %llu bytes is smaller than the %llu the models need",
+                            (unsigned long long)wbytes, (unsigned long long)p->bytes);
+    double t0 = now_s();
+    memset(stats, 0, sizeof *stats);
+    // Directory, layer tables, norms and RoPE frequencies: small, from the mappings.
+    struct st_layout_dir *dir = (struct st_layout_dir *)w;
+    *dir = p->dir;
+    for (uint32_t i = 0; i < p->n_models; i++) {
+        const struct st_llama_model *m = p->models[i];
+        struct st_layout_model *lm = &dir->model[i];
+        memcpy(w + lm->layers_offset, p->layers[i], m->hp.n_layer * sizeof(struct st_layout_layer));
+        st_dequant_row(m->output_norm->type, m->output_norm->data, (float *)(w + lm->output_norm.offset), m->hp.n_embd);
+        st_llama_rope_freqs(m, (float *)(w + lm->rope_freqs.offset));
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            const struct st_layout_layer *ll = &p->layers[i][l];
+            st_dequant_row(m->layers[l].attn_norm->type, m->layers[l].attn_norm->data, (float *)(w + ll->attn_norm.offset),
+                           m->hp.n_embd);
+            st_dequant_row(m->layers[l].ffn_norm->type, m->layers[l].ffn_norm->data, (float *)(w + ll->ffn_norm.offset),
+                           m->hp.n_embd);
+        }
+    }
+    uint64_t total = 0;
+    for (uint32_t j = 0; j < p->n_jobs; j++) total += p->jobs[j].t->n_bytes;
+    for (uint32_t i = 0; i < p->n_models; i++) total += p->models[i]->tok_embd->n_bytes;
+    struct progress pr = {progress && isatty(2), 0, total, t0};
+    struct st_uring_opts uo = {.progress = draw, .progress_ctx = &pr};
+    struct st_uring_stats us;
+    // Embeddings and matrices already in their run format: read in place.
+    uint32_t n_direct = 0;
+    struct st_read_range *ranges = calloc(p->n_jobs + p->n_models, sizeof *ranges);
+    uint8_t *staging = NULL;
+    const void **src = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *src);
+    struct st_read_range *sr = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *sr);
+    int rc = -1;
+    if (!ranges || !src || !sr) {
+        st_error_set(e, "load: out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < p->n_models; i++) {
+        uint64_t direct_bytes = 0;
+        n_direct = 0;
+        const struct st_llama_model *m = p->models[i];
+        ranges[n_direct++] = (struct st_read_range){m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
+                                                    w + dir->model[i].embd_offset};
+        direct_bytes += m->tok_embd->n_bytes;
+        for (uint32_t j = 0; j < p->n_jobs; j++) {
+            const struct job *jb = &p->jobs[j];
+            if (jb->model != i || jb->dst->run_type != jb->dst->gguf_type) continue;
+            ranges[n_direct++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, w + jb->dst->offset};
+            direct_bytes += jb->t->n_bytes;
+        }
+        double tr = now_s();
+        if (st_uring_read(p->paths[i], ranges, n_direct, &uo, &us, e)) goto out;
+        stats->read_seconds += now_s() - tr;
+        pr.base += direct_bytes;
+        // Matrices to repack: staged in batches, read, then repacked.
+        uint32_t a = 0;
+        while (a < p->n_jobs) {
+            uint64_t staged = 0;
+            uint32_t b = a, ns = 0;
+            for (; b < p->n_jobs; b++) {
+                const struct job *jb = &p->jobs[b];
+                bool mine = jb->model == i && jb->dst->run_type != jb->dst->gguf_type;
+                if (mine && staged && staged + jb->t->n_bytes > STAGING_BYTES) break;
+                if (mine) staged += (jb->t->n_bytes + 4095) / 4096 * 4096;
+            }
+            if (!staged) {
+                a = b;
+                continue;
+            }
+            if (!staging && !(staging = aligned_alloc(4096, STAGING_BYTES > staged ? STAGING_BYTES : staged))) {
+                st_error_set(e, "load: cannot allocate the %llu-byte staging buffer", (unsigned long long)STAGING_BYTES);
+                goto out;
+            }
+            uint64_t off = 0;
+            for (uint32_t j = a; j < b; j++) {
+                const struct job *jb = &p->jobs[j];
+                src[j - a] = NULL;
+                if (jb->model != i || jb->dst->run_type == jb->dst->gguf_type) continue;
+                src[j - a] = staging + off;
+                sr[ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, staging + off};
+                off += (jb->t->n_bytes + 4095) / 4096 * 4096;
+            }
+            tr = now_s();
+            if (st_uring_read(p->paths[i], sr, ns, &uo, &us, e)) goto out;
+            stats->read_seconds += now_s() - tr;
+            for (uint32_t j = 0; j < ns; j++) pr.base += sr[j].length;
+            if (flush_batch(p, a, b, src, w, e)) goto out;
+            a = b;
+        }
+    }
+    stats->file_bytes = total;
+    stats->region_bytes = p->bytes;
+    stats->seconds = now_s() - t0;
+    stats->gbps = total / stats->seconds / 1e9;
+    if (pr.on) fprintf(stderr, "\n");
+    rc = 0;
+out:
+    free(ranges);
+    free(src);
+    free(sr);
+    free(staging);
+    return rc;
+}

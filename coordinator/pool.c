@@ -1,0 +1,407 @@
+#include "coordinator/pool.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "proto/wire.h"
+
+enum rank_status { RANK_DOWN = 0, RANK_STARTING, RANK_READY };
+
+struct rank {
+    pid_t pid;
+    int pidfd;
+    enum rank_status status;
+    uint64_t last_seen_ns;
+    bool done;      // replied to the step in flight
+    bool aborted;   // its reply said aborted
+    bool dead;      // died during the step in flight
+    uint64_t died_ns;
+};
+
+struct st_pool {
+    struct st_pool_config cfg;
+    void *router;
+    struct rank r[ST_SET_MAX_RANKS];
+    uint64_t step_seq;
+    uint64_t restarts;
+    double last_replace_s;
+    st_pool_idle_fn idle;
+    void *idle_ctx;
+    void *extra;
+    // Liveness watch of the step in flight.
+    uint64_t watch_ns;
+    uint64_t watch_sum;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int spawn(struct st_pool *p, uint32_t i, struct st_error *e)
+{
+    struct st_rank_slot *slot = &p->cfg.ctl->ranks[i];
+    // Slot before fork: reserved now, active once the worker has attached.
+    atomic_store(&slot->state, ST_RANK_RESERVED);
+    atomic_store(&slot->pid, 0);
+    atomic_store(&slot->cpu, (uint32_t)p->cfg.cpus[i]);
+    atomic_fetch_add(&slot->generation, 1);
+    char fd[16], rank[16], node[16], cpu[16], parent[16];
+    snprintf(fd, sizeof fd, "%d", p->cfg.region_fd);
+    snprintf(rank, sizeof rank, "%u", i);
+    snprintf(node, sizeof node, "%u", p->cfg.node);
+    snprintf(cpu, sizeof cpu, "%d", p->cfg.cpus[i]);
+    snprintf(parent, sizeof parent, "%d", (int)getpid());
+    pid_t pid = fork();
+    if (pid < 0) return st_error_set(e, "fork(worker %u): %s", i, strerror(errno));
+    if (pid == 0) {
+        char *argv[] = {"subternary", "worker", "--region-fd", fd, "--rank", rank, "--node", node, "--cpu", cpu,
+                        "--parent", parent, "--endpoint", (char *)p->cfg.endpoint, NULL};
+        execv(p->cfg.exe, argv);
+        _exit(127);
+    }
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return st_error_set(e, "pidfd_open(worker %u, pid %d): %s", i, (int)pid, strerror(errno));
+    }
+    p->r[i] = (struct rank){.pid = pid, .pidfd = pfd, .status = RANK_STARTING, .last_seen_ns = now_ns()};
+    return 0;
+}
+
+static void reap(struct st_pool *p, uint32_t i)
+{
+    struct rank *r = &p->r[i];
+    if (r->pid > 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, NULL, 0);
+    }
+    if (r->pidfd >= 0) close(r->pidfd);
+    r->pid = 0;
+    r->pidfd = -1;
+    r->status = RANK_DOWN;
+}
+
+static int rank_of(const struct st_wire_msg *m)
+{
+    if (m->identity_len < 2 || m->identity[0] != 'w') return -1;
+    int v = 0;
+    for (size_t i = 1; i < m->identity_len; i++) {
+        if (m->identity[i] < '0' || m->identity[i] > '9') return -1;
+        v = v * 10 + (m->identity[i] - '0');
+    }
+    return v;
+}
+
+// Handles one message from a worker; step results go to the ranks' flags.
+static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_result *res, char *err, size_t errcap)
+{
+    struct st_wire_msg m;
+    if (st_wire_recv(p->router, true, &m, ZMQ_DONTWAIT)) return;
+    int i = rank_of(&m);
+    Subternary__WorkerMsg *wm = m.shape_ok && m.version_ok && i >= 0 && (uint32_t)i < p->cfg.n_ranks
+                                    ? subternary__worker_msg__unpack(NULL, m.payload_len, m.payload)
+                                    : NULL;
+    st_wire_msg_clear(&m);
+    if (!wm) return;
+    struct rank *r = &p->r[i];
+    r->last_seen_ns = now_ns();
+    if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_HELLO) {
+        if (wm->hello->error && wm->hello->error[0]) {
+            if (err) snprintf(err, errcap, "worker %d: %s", i, wm->hello->error);
+        } else if (wm->hello->pid == r->pid) {
+            r->status = RANK_READY;
+        }
+    } else if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_DONE && wm->done->step_id == step_id && step_id) {
+        r->done = true;
+        r->aborted = wm->done->aborted;
+        if (!r->aborted && wm->done->error && wm->done->error[0] && err && !err[0])
+            snprintf(err, errcap, "worker %d: %s", i, wm->done->error);
+        if (res) {
+            if (wm->done->seconds > res->seconds) res->seconds = wm->done->seconds;
+            if (i == 0) {
+                res->barriers = wm->done->barriers;
+                res->n_ops = wm->done->n_timings < 16 ? (uint32_t)wm->done->n_timings : 16;
+                for (uint32_t k = 0; k < res->n_ops; k++) {
+                    res->op_seconds[k] = wm->done->timings[k]->seconds;
+                    res->op_bytes[k] = wm->done->timings[k]->bytes;
+                    snprintf(res->op_names[k], sizeof res->op_names[k], "%s", wm->done->timings[k]->op);
+                }
+            }
+        }
+    }
+    subternary__worker_msg__free_unpacked(wm, NULL);
+}
+
+// One poll round over the router, the pidfds and the extra socket.
+static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struct st_step_result *res, char *err,
+                      size_t errcap)
+{
+    zmq_pollitem_t items[ST_SET_MAX_RANKS + 2];
+    int map[ST_SET_MAX_RANKS + 2], n = 0;
+    items[n] = (zmq_pollitem_t){p->router, 0, ZMQ_POLLIN, 0};
+    map[n++] = -1;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].pidfd >= 0) {
+            items[n] = (zmq_pollitem_t){NULL, p->r[i].pidfd, ZMQ_POLLIN, 0};
+            map[n++] = (int)i;
+        }
+    int extra_at = -1;
+    if (p->extra && p->idle) {
+        extra_at = n;
+        items[n] = (zmq_pollitem_t){p->extra, 0, ZMQ_POLLIN, 0};
+        map[n++] = -2;
+    }
+    if (zmq_poll(items, n, timeout_ms) <= 0) return;
+    if (items[0].revents & ZMQ_POLLIN)
+        for (int k = 0; k < 64; k++) {
+            int ev = 0;
+            size_t sz = sizeof ev;
+            zmq_getsockopt(p->router, ZMQ_EVENTS, &ev, &sz);
+            if (!(ev & ZMQ_POLLIN)) break;
+            on_message(p, step_id, res, err, errcap);
+        }
+    for (int k = 1; k < n; k++) {
+        if (k == extra_at || !(items[k].revents & ZMQ_POLLIN)) continue;
+        struct rank *r = &p->r[map[k]];
+        r->dead = true;
+        r->died_ns = now_ns();
+        reap(p, (uint32_t)map[k]);
+    }
+    if (extra_at >= 0 && (items[extra_at].revents & ZMQ_POLLIN)) p->idle(p->idle_ctx);
+}
+
+static bool all_ready(const struct st_pool *p)
+{
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].status != RANK_READY) return false;
+    return true;
+}
+
+// Starts every rank that is down and waits until the whole set said hello.
+static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
+{
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].status == RANK_DOWN && spawn(p, i, e)) return -1;
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    char err[512] = "";
+    while (!all_ready(p)) {
+        poll_once(p, 20, 0, NULL, err, sizeof err);
+        if (err[0]) return st_error_set(e, "%s", err);
+        for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+            if (p->r[i].dead) {
+                p->r[i].dead = false;
+                return st_error_set(e, "worker %u exited during start", i);
+            }
+        if (now_ns() > deadline) return st_error_set(e, "worker set %u: not ready within %u ms", p->cfg.node, timeout_ms);
+    }
+    return 0;
+}
+
+int st_pool_start(const struct st_pool_config *cfg, void *zctx, struct st_pool **out, struct st_error *e)
+{
+    *out = NULL;
+    if (cfg->n_ranks < 1 || cfg->n_ranks > ST_SET_MAX_RANKS)
+        return st_error_set(e, "worker set %u: %u ranks (1..%d)", cfg->node, cfg->n_ranks, ST_SET_MAX_RANKS);
+    struct st_pool *p = calloc(1, sizeof *p);
+    if (!p) return st_error_set(e, "out of memory");
+    p->cfg = *cfg;
+    if (!p->cfg.hang_ms) p->cfg.hang_ms = 5000;
+    if (!p->cfg.start_timeout_ms) p->cfg.start_timeout_ms = 60000;
+    for (uint32_t i = 0; i < ST_SET_MAX_RANKS; i++) p->r[i].pidfd = -1;
+    p->router = zmq_socket(zctx, ZMQ_ROUTER);
+    int one = 1, zero = 0;
+    zmq_setsockopt(p->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_bind(p->router, cfg->endpoint)) {
+        st_error_set(e, "zmq_bind(%s): %s", cfg->endpoint, zmq_strerror(errno));
+        zmq_close(p->router);
+        free(p);
+        return -1;
+    }
+    if (bring_up(p, p->cfg.start_timeout_ms, e)) {
+        st_pool_stop(&p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+static int send_step(struct st_pool *p, uint32_t i, Subternary__StepCommand *cmd)
+{
+    Subternary__WorkerMsg msg = SUBTERNARY__WORKER_MSG__INIT;
+    msg.msg_case = SUBTERNARY__WORKER_MSG__MSG_STEP;
+    msg.step = cmd;
+    char id[16];
+    int n = snprintf(id, sizeof id, "w%u", i);
+    return st_wire_send(p->router, id, (size_t)n, &msg.base, ZMQ_DONTWAIT);
+}
+
+void st_pool_stop(struct st_pool **pp)
+{
+    struct st_pool *p = *pp;
+    if (!p) return;
+    Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
+    cmd.kind = SUBTERNARY__STEP_KIND__STEP_SHUTDOWN;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].status == RANK_READY) send_step(p, i, &cmd);
+    uint64_t deadline = now_ns() + 500000000u;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        struct rank *r = &p->r[i];
+        while (r->pid > 0 && now_ns() < deadline) {
+            if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+                r->pid = 0;
+                break;
+            }
+            usleep(2000);
+        }
+        reap(p, i);
+    }
+    zmq_close(p->router);
+    free(p);
+    *pp = NULL;
+}
+
+// Ranks whose liveness pair (step, barriers) is the smallest while nothing
+// moved for hang_ms are hung (SIGSTOP, an infinite loop): kill them, so the
+// death path replaces them.
+static void check_hang(struct st_pool *p, uint64_t step_id)
+{
+    uint64_t sum = 0, mn = UINT64_MAX;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        const struct st_rank_slot *s = &p->cfg.ctl->ranks[i];
+        uint64_t v = (atomic_load(&s->step_id) == step_id ? (1ull << 32) : 0) + atomic_load(&s->step_barriers);
+        if (p->r[i].done) v = UINT64_MAX - 1;
+        sum = sum * 31 + v + (p->r[i].done ? 7 : 0);
+        if (v < mn) mn = v;
+    }
+    uint64_t t = now_ns();
+    if (sum != p->watch_sum) {
+        p->watch_sum = sum;
+        p->watch_ns = t;
+        return;
+    }
+    if (t - p->watch_ns < (uint64_t)p->cfg.hang_ms * 1000000u) return;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        const struct st_rank_slot *s = &p->cfg.ctl->ranks[i];
+        uint64_t v = (atomic_load(&s->step_id) == step_id ? (1ull << 32) : 0) + atomic_load(&s->step_barriers);
+        if (!p->r[i].done && v == mn && p->r[i].pid > 0) {
+            fprintf(stderr, "coordinator: worker %u (pid %d) made no progress for %u ms: replacing it\n", i,
+                    (int)p->r[i].pid, p->cfg.hang_ms);
+            kill(p->r[i].pid, SIGKILL);
+        }
+    }
+    p->watch_ns = t;
+}
+
+int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e)
+{
+    memset(res, 0, sizeof *res);
+    for (uint32_t attempt = 1;; attempt++) {
+        res->attempts = attempt;
+        cmd->step_id = ++p->step_seq;
+        for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+            p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
+            if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
+            if (p->r[i].status != RANK_READY) p->r[i].dead = true;
+        }
+        char err[512] = "";
+        p->watch_sum = 0;
+        p->watch_ns = now_ns();
+        bool any_dead = false;
+        for (;;) {
+            bool waiting = false;
+            for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+                any_dead |= p->r[i].dead;
+                waiting |= !p->r[i].done && !p->r[i].dead;
+            }
+            if (!waiting) break;
+            // A death: abort the barrier so the survivors leave the step.
+            if (any_dead && !st_barrier_aborted(&p->cfg.ctl->barrier)) st_barrier_abort(&p->cfg.ctl->barrier);
+            poll_once(p, 20, cmd->step_id, res, err, sizeof err);
+            check_hang(p, cmd->step_id);
+        }
+        bool aborted = false;
+        for (uint32_t i = 0; i < p->cfg.n_ranks; i++) aborted |= p->r[i].aborted;
+        if (!any_dead && !aborted) {
+            if (err[0]) return st_error_set(e, "%s", err);
+            return 0;
+        }
+        // Replace the dead on their CPUs, make the barrier usable, replay.
+        uint64_t died = UINT64_MAX;
+        for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+            if (p->r[i].dead) {
+                if (p->r[i].died_ns && p->r[i].died_ns < died) died = p->r[i].died_ns;
+                reap(p, i);
+                p->r[i].dead = false;
+                p->restarts++;
+                res->restarts++;
+            }
+        if (bring_up(p, p->cfg.start_timeout_ms, e)) return -1;
+        st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
+        if (died != UINT64_MAX) p->last_replace_s = (now_ns() - died) * 1e-9;
+        if (attempt >= ST_POOL_MAX_ATTEMPTS)
+            return st_error_set(e, "step failed: workers died %u times in a row (poison request?)", attempt);
+    }
+}
+
+void st_pool_service(struct st_pool *p, int timeout_ms)
+{
+    poll_once(p, timeout_ms, 0, NULL, NULL, 0);
+    bool any = false;
+    uint64_t hb_limit = (uint64_t)p->cfg.hang_ms * 1000000u, t = now_ns();
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        struct rank *r = &p->r[i];
+        if (r->status == RANK_READY && t - r->last_seen_ns > hb_limit && r->pid > 0) {
+            fprintf(stderr, "coordinator: worker %u (pid %d) missed its heartbeats: replacing it\n", i, (int)r->pid);
+            kill(r->pid, SIGKILL);
+            r->dead = true;
+            r->died_ns = t;
+            reap(p, i);
+        }
+        if (r->dead || r->status == RANK_DOWN) {
+            r->dead = false;
+            if (r->status != RANK_DOWN) reap(p, i);
+            p->restarts++;
+            any = true;
+        }
+    }
+    if (any) {
+        struct st_error e;
+        uint64_t t0 = now_ns();
+        if (bring_up(p, p->cfg.start_timeout_ms, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
+        st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
+        p->last_replace_s = (now_ns() - t0) * 1e-9;
+    }
+}
+
+void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *extra_socket)
+{
+    p->idle = fn;
+    p->idle_ctx = ctx;
+    p->extra = extra_socket;
+}
+
+uint32_t st_pool_ranks(const struct st_pool *p) { return p->cfg.n_ranks; }
+uint64_t st_pool_restarts(const struct st_pool *p) { return p->restarts; }
+pid_t st_pool_pid(const struct st_pool *p, uint32_t rank) { return p->r[rank].pid; }
+double st_pool_last_replace_seconds(const struct st_pool *p) { return p->last_replace_s; }
+
+uint32_t st_pool_ready(const struct st_pool *p)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) n += p->r[i].status == RANK_READY;
+    return n;
+}

@@ -1,0 +1,72 @@
+// One worker set: n pinned worker processes on one (virtual) node, sharing a
+// region.  The coordinator starts them, sends them step commands over a
+// ROUTER socket, watches each through a pidfd and a liveness check, and on a
+// death or a hang aborts the set's barrier, starts a replacement on the same
+// CPU (it attaches the region: no model reload) and replays the step from
+// the committed state with the same seed.  A step that kills workers three
+// times in a row fails alone.
+#ifndef ST_COORDINATOR_POOL_H
+#define ST_COORDINATOR_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "proto/subternary.pb-c.h"
+#include "shm/workset.h"
+
+#define ST_POOL_MAX_ATTEMPTS 3
+
+struct st_pool_config {
+    uint32_t node;
+    uint32_t n_ranks;
+    int cpus[ST_SET_MAX_RANKS]; // CPU of each rank, -1 for none
+    const char *exe;            // the subternary binary to exec as `worker`
+    const char *endpoint;       // ipc:// endpoint the set's ROUTER binds
+    int region_fd;
+    struct st_set_control *ctl; // in the region's control section
+    uint32_t hang_ms;           // no liveness progress for this long: hung (0: 5000)
+    uint32_t start_timeout_ms;  // hello from every rank within (0: 60000)
+};
+
+struct st_step_result {
+    double seconds;             // slowest rank
+    uint32_t barriers;          // rank 0's
+    uint32_t attempts;          // 1 when nothing failed
+    uint32_t restarts;          // workers replaced during this step
+    double op_seconds[16];      // rank 0's per-op times when asked
+    uint64_t op_bytes[16];
+    char op_names[16][16];
+    uint32_t n_ops;
+};
+
+struct st_pool;
+
+// A callback the pool calls while it waits (e.g. to serve client sockets);
+// may be NULL.  Returns nothing; must not start another step.
+typedef void (*st_pool_idle_fn)(void *ctx);
+
+int st_pool_start(const struct st_pool_config *cfg, void *zctx, struct st_pool **out, struct st_error *e);
+// Tells every worker to stop, waits briefly, kills what remains.
+void st_pool_stop(struct st_pool **p);
+
+// Runs a step on every rank and waits for it, replacing dead or hung workers
+// and replaying.  cmd->step_id is assigned here.  On failure e says why.
+int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e);
+
+// Processes worker events (heartbeats, deaths) for up to timeout_ms; replaces
+// workers that died while idle.
+void st_pool_service(struct st_pool *p, int timeout_ms);
+
+// zmq_poll items the pool wants watched (router + pidfds) and the idle hook.
+void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *extra_socket);
+
+uint32_t st_pool_ranks(const struct st_pool *p);
+uint32_t st_pool_ready(const struct st_pool *p);
+uint64_t st_pool_restarts(const struct st_pool *p);
+pid_t st_pool_pid(const struct st_pool *p, uint32_t rank);
+// Death seen -> set ready again, of the last replacement (seconds).
+double st_pool_last_replace_seconds(const struct st_pool *p);
+
+#endif

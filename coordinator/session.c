@@ -1,0 +1,363 @@
+#include "coordinator/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define STREAM_ACCEPT 2
+
+struct st_session {
+    struct st_engine *eng;
+    struct st_gen_params gp;
+    uint32_t node, slot;
+    uint64_t id;
+    int32_t *tokens;          // prompt then generated; tokens[t] is the pending one
+    uint32_t n_tokens, cap;
+    uint32_t n_prompt;
+    uint32_t t;               // target committed length (position of the pending token)
+    uint32_t dc;              // draft committed length
+    bool prefilled;
+    bool drafting;            // governor state
+    uint32_t rounds_since_probe;
+    float window[ST_GOVERNOR_WINDOW];
+    uint32_t n_window;
+    double ema_accept;        // per-token acceptance estimate
+    double ema_ar;            // seconds of a target-only step
+    double ema_round[33];     // seconds of a round of K drafts
+    float *resid;             // [n_vocab]
+    char *text;               // detokenised output (stop strings)
+    size_t text_len, text_cap;
+    struct st_session_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mix(uint64_t a, uint64_t b)
+{
+    uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void sampling_msg(const struct st_gen_params *gp, Subternary__Sampling *m)
+{
+    subternary__sampling__init(m);
+    m->temperature = gp->sampling.temperature;
+    m->top_k = gp->sampling.top_k;
+    m->top_p = gp->sampling.top_p;
+    m->min_p = gp->sampling.min_p;
+    m->seed = gp->seed;
+}
+
+int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
+                   uint64_t id, struct st_session **out, struct st_error *e)
+{
+    *out = NULL;
+    if (n_prompt == 0) return st_error_set(e, "empty prompt");
+    if (n_prompt + 1 > eng->n_ctx)
+        return st_error_set(e, "prompt of %u tokens does not fit the context of %u", n_prompt, eng->n_ctx);
+    for (uint32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= eng->n_vocab)
+            return st_error_set(e, "prompt token %d at %u is out of range (vocabulary %u)", prompt[i], i, eng->n_vocab);
+    struct st_session *s = calloc(1, sizeof *s);
+    if (!s) return st_error_set(e, "out of memory");
+    s->eng = eng;
+    s->gp = *gp;
+    if (!s->gp.governor_threshold) s->gp.governor_threshold = 0.30f;
+    if (!eng->draft) s->gp.speculate = false;
+    if (s->gp.k > eng->k_max) s->gp.k = eng->k_max;
+    s->id = id;
+    s->cap = eng->n_ctx + 1;
+    s->tokens = malloc(s->cap * sizeof *s->tokens);
+    s->resid = malloc(eng->n_vocab * sizeof *s->resid);
+    if (!s->tokens || !s->resid) {
+        st_session_end(&s);
+        return st_error_set(e, "out of memory");
+    }
+    memcpy(s->tokens, prompt, n_prompt * sizeof *prompt);
+    s->n_tokens = s->n_prompt = n_prompt;
+    s->st.prompt_tokens = n_prompt;
+    s->drafting = s->gp.speculate;
+    s->ema_accept = 0.7;
+    // Place on the node with the fewest sessions.
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < eng->n_nodes; i++)
+        if (eng->node[i].sessions < eng->node[best].sessions) best = i;
+    uint64_t gen;
+    for (uint32_t k = 0; k < eng->n_nodes; k++) {
+        uint32_t n = (best + k) % eng->n_nodes;
+        if (st_kv_reserve(&eng->node[n].kv, id, &s->slot, &gen, e) == 0) {
+            s->node = n;
+            eng->node[n].sessions++;
+            *out = s;
+            return 0;
+        }
+    }
+    free(s->tokens);
+    free(s->resid);
+    free(s);
+    return st_error_set(e, "no free KV slot");
+}
+
+static int prefill_model(struct st_session *s, uint32_t model, uint32_t from, uint32_t to, struct st_error *e)
+{
+    struct st_engine *eng = s->eng;
+    for (uint32_t at = from; at < to;) {
+        uint32_t n = to - at < eng->m_max * 8 ? to - at : eng->m_max * 8;
+        Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
+        cmd.kind = SUBTERNARY__STEP_KIND__STEP_PREFILL;
+        cmd.slot = s->slot;
+        cmd.model = model;
+        cmd.n_tokens = n;
+        cmd.tokens = (uint32_t *)(s->tokens + at);
+        cmd.pos = at;
+        struct st_step_result res;
+        if (st_engine_step(eng, s->node, &cmd, &res, e)) return -1;
+        s->st.restarts += res.restarts;
+        if (st_kv_commit(&eng->node[s->node].kv, s->slot, model, at + n, e)) return -1;
+        at += n;
+    }
+    return 0;
+}
+
+int st_session_prefill(struct st_session *s, struct st_error *e)
+{
+    double t0 = now_s();
+    // Everything but the last prompt token: that one is pending and goes
+    // through the first round's verify (and draft) rows.
+    uint32_t n = s->n_prompt - 1;
+    if (n && prefill_model(s, ST_MODEL_TARGET, 0, n, e)) return -1;
+    if (n && s->gp.speculate && prefill_model(s, ST_MODEL_DRAFT, 0, n, e)) return -1;
+    s->t = n;
+    s->dc = s->gp.speculate ? n : 0;
+    s->prefilled = true;
+    s->st.prompt_seconds = now_s() - t0;
+    return 0;
+}
+
+int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
+                     uint64_t id, struct st_session **out, struct st_error *e)
+{
+    if (st_session_new(eng, gp, prompt, n_prompt, id, out, e)) return -1;
+    if (st_session_prefill(*out, e)) {
+        st_session_end(out);
+        return -1;
+    }
+    return 0;
+}
+
+// Expected tokens per second of a round with K drafts at acceptance a.
+static double rate(const struct st_session *s, uint32_t K)
+{
+    double a = s->ema_accept < 0.999 ? s->ema_accept : 0.999;
+    double tokens = (1 - pow(a, K + 1)) / (1 - a);
+    double t = s->ema_round[K];
+    if (t <= 0) { // not measured: a draft forward costs about its share of bytes
+        const struct st_engine *eng = s->eng;
+        double ratio = (double)eng->draft->gguf->size / (double)eng->target->gguf->size;
+        t = s->ema_ar * (1 + 0.08 * K) + K * s->ema_ar * ratio;
+    }
+    return tokens / t;
+}
+
+static uint32_t choose_k(struct st_session *s, uint32_t room)
+{
+    uint32_t kmax = s->eng->k_max < room ? s->eng->k_max : room;
+    if (s->gp.k) return s->gp.k < kmax ? s->gp.k : kmax;
+    if (s->ema_ar <= 0) return kmax < 4 ? kmax : 4;
+    uint32_t best = 1;
+    double br = 0;
+    for (uint32_t K = 1; K <= kmax; K++) {
+        double r = rate(s, K);
+        if (r > br) br = r, best = K;
+    }
+    // Explore a neighbour now and then so unmeasured K get measured.
+    if (s->st.rounds % 8 == 7 && best < kmax) best++;
+    return best;
+}
+
+static void governor_update(struct st_session *s, uint32_t K, uint32_t m)
+{
+    float a = K ? (float)m / K : 0;
+    s->window[s->n_window++ % ST_GOVERNOR_WINDOW] = a;
+    // Per-token acceptance: m successes, then one failure unless all passed.
+    double a_hat = (double)m / (m + (m < K ? 1 : 0) + 1e-9);
+    s->ema_accept = 0.8 * s->ema_accept + 0.2 * a_hat;
+    if (!s->gp.governor) return;
+    uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW;
+    if (n < 4) return;
+    float mean = 0;
+    for (uint32_t i = 0; i < n; i++) mean += s->window[i];
+    mean /= n;
+    bool was = s->drafting;
+    s->drafting = mean >= s->gp.governor_threshold;
+    if (was && !s->drafting) s->rounds_since_probe = 0;
+}
+
+static bool ends_with_stop(struct st_session *s)
+{
+    for (uint32_t i = 0; i < s->gp.n_stop; i++) {
+        size_t n = strlen(s->gp.stop[i]);
+        if (n && s->text_len >= n && memmem(s->text + (s->text_len > n + 64 ? s->text_len - n - 64 : 0),
+                                            s->text_len - (s->text_len > n + 64 ? s->text_len - n - 64 : 0),
+                                            s->gp.stop[i], n))
+            return true;
+    }
+    return false;
+}
+
+// Appends a committed token; says whether generation must stop after it.
+static enum st_finish emit(struct st_session *s, int32_t tok, int32_t *out, uint32_t *n_out, uint32_t cap)
+{
+    struct st_engine *eng = s->eng;
+    s->tokens[s->n_tokens++] = tok;
+    s->st.tokens++;
+    if (*n_out < cap) out[(*n_out)++] = tok;
+    if (s->gp.n_stop && eng->tok) {
+        char piece[256];
+        int n = st_tok_decode_piece(eng->tok, tok, piece, sizeof piece);
+        if (n > 0) {
+            if (s->text_len + (size_t)n + 1 > s->text_cap) {
+                size_t nc = (s->text_cap + (size_t)n + 1) * 2;
+                char *t = realloc(s->text, nc);
+                if (t) s->text = t, s->text_cap = nc;
+            }
+            if (s->text_len + (size_t)n + 1 <= s->text_cap) {
+                memcpy(s->text + s->text_len, piece, n < (int)sizeof piece ? (size_t)n : sizeof piece);
+                s->text_len += n < (int)sizeof piece ? (size_t)n : sizeof piece;
+            }
+        }
+        if (ends_with_stop(s)) return ST_FINISH_STOP;
+    }
+    if (s->gp.stop_at_eos && eng->tok && tok == st_tok_eos(eng->tok)) return ST_FINISH_EOS;
+    if (s->st.tokens >= s->gp.max_tokens) return ST_FINISH_LENGTH;
+    if (s->n_tokens >= eng->n_ctx) return ST_FINISH_CONTEXT;
+    return ST_FINISH_NONE;
+}
+
+static void commit(struct st_session *s, uint32_t model, uint32_t n, struct st_error *e)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    st_kv_commit(&s->eng->node[s->node].kv, s->slot, model, n, e);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    s->st.commit_ns_sum += (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+    s->st.commits++;
+}
+
+int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e)
+{
+    struct st_engine *eng = s->eng;
+    struct st_engine_node *nd = &eng->node[s->node];
+    *finish = ST_FINISH_NONE;
+    if (!s->prefilled && st_session_prefill(s, e)) return -1;
+    uint32_t room = eng->n_ctx - 1 - s->t; // positions left after the pending token
+    if (room == 0 || s->n_tokens >= eng->n_ctx) {
+        *finish = ST_FINISH_CONTEXT;
+        return 0;
+    }
+    bool greedy = st_sampling_greedy(&s->gp.sampling);
+    bool spec = s->gp.speculate && (s->drafting || ++s->rounds_since_probe >= 16);
+    if (spec && !s->drafting) s->rounds_since_probe = 0; // this round is a probe
+    uint32_t K = spec ? choose_k(s, room) : 0;
+    if (K == 0) spec = false;
+    uint64_t seed = mix(s->gp.seed, s->st.rounds + ((uint64_t)s->id << 32));
+    Subternary__Sampling sm;
+    sampling_msg(&s->gp, &sm);
+    Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
+    cmd.slot = s->slot;
+    cmd.sampling = &sm;
+    cmd.seed = seed;
+    cmd.want_probs = !greedy;
+    cmd.verify_pos = s->t;
+    cmd.verify_token = (uint32_t)s->tokens[s->t];
+    struct st_step_result res;
+    double t0 = now_s();
+    if (spec) {
+        // Catch the draft up on tokens it has not seen (after suspended rounds).
+        if (s->t > s->dc + 1) {
+            if (prefill_model(s, ST_MODEL_DRAFT, s->dc, s->t, e)) return -1;
+            s->dc = s->t;
+        }
+        cmd.kind = SUBTERNARY__STEP_KIND__STEP_ROUND;
+        cmd.tokens = (uint32_t *)(s->tokens + s->dc);
+        cmd.n_tokens = s->t - s->dc + 1;
+        cmd.pos = s->dc;
+        cmd.k = K;
+    } else {
+        cmd.kind = SUBTERNARY__STEP_KIND__STEP_VERIFY;
+    }
+    if (st_engine_step(eng, s->node, &cmd, &res, e)) return -1;
+    double dt = now_s() - t0;
+    s->st.restarts += res.restarts;
+    const struct st_scratch_layout *sl = &nd->sl;
+    const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
+    const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);
+    uint32_t m, z;
+    if (greedy) {
+        m = st_spec_accept_greedy(am, y, K, &z);
+    } else {
+        const float *p = (const float *)(nd->scratch + sl->target_probs);
+        const float *q = (const float *)(nd->scratch + sl->draft_probs);
+        m = st_spec_accept(p, q, y, K, eng->n_vocab, seed, STREAM_ACCEPT, s->resid, &z);
+    }
+    // Commit: the target keeps x_t, y_1..y_m; the draft what it saw of them.
+    uint32_t t = s->t;
+    commit(s, ST_MODEL_TARGET, t + m + 1, e);
+    if (spec) {
+        uint32_t dnew = t + m + 1 < t + K ? t + m + 1 : t + K;
+        commit(s, ST_MODEL_DRAFT, dnew, e);
+        s->dc = dnew;
+        s->st.drafted += K;
+        s->st.accepted += m;
+        s->st.k_sum += K;
+        s->st.draft_seconds += dt; // fused round: draft and verify together
+        if (s->ema_round[K] <= 0) s->ema_round[K] = dt;
+        else s->ema_round[K] = 0.7 * s->ema_round[K] + 0.3 * dt;
+        governor_update(s, K, m);
+    } else {
+        s->st.verify_seconds += dt;
+        s->ema_ar = s->ema_ar > 0 ? 0.7 * s->ema_ar + 0.3 * dt : dt;
+        if (s->gp.speculate) s->st.suspended_rounds++;
+    }
+    s->t = t + m + 1;
+    s->st.rounds++;
+    s->st.seconds += dt;
+    uint32_t n_out = 0;
+    for (uint32_t i = 0; i < m && *finish == ST_FINISH_NONE; i++) *finish = emit(s, (int32_t)y[i], out, &n_out, cap);
+    if (*finish == ST_FINISH_NONE) *finish = emit(s, (int32_t)z, out, &n_out, cap);
+    return (int)n_out;
+}
+
+void st_session_end(struct st_session **sp)
+{
+    struct st_session *s = *sp;
+    if (!s) return;
+    if (s->eng) {
+        struct st_error e;
+        if (st_kv_release(&s->eng->node[s->node].kv, s->slot, s->id, &e) == 0 && s->eng->node[s->node].sessions)
+            s->eng->node[s->node].sessions--;
+    }
+    free(s->tokens);
+    free(s->resid);
+    free(s->text);
+    free(s);
+    *sp = NULL;
+}
+
+const struct st_session_stats *st_session_stats(const struct st_session *s) { return &s->st; }
+uint32_t st_session_node(const struct st_session *s) { return s->node; }
+bool st_session_prefilled(const struct st_session *s) { return s->prefilled; }
+
+const int32_t *st_session_output(const struct st_session *s, uint32_t *n)
+{
+    *n = s->n_tokens - s->n_prompt;
+    return s->tokens + s->n_prompt;
+}

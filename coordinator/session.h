@@ -1,0 +1,71 @@
+// A generation session: a KV slot on one node, the committed tokens, and the
+// speculative loop of DESIGN.md "Transactional KV": draft K -> verify K+1 ->
+// accept -> commit by committed-length stores.  Greedy output equals greedy
+// decoding of the target alone; stochastic output has the target's law.
+#ifndef ST_COORDINATOR_SESSION_H
+#define ST_COORDINATOR_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coordinator/engine.h"
+#include "sampling/sampling.h"
+
+#define ST_SESSION_MAX_STOPS 8
+#define ST_GOVERNOR_WINDOW 8
+
+struct st_gen_params {
+    uint32_t max_tokens;
+    struct st_sampling sampling;
+    uint64_t seed;
+    bool speculate;          // use the draft (when the engine has one)
+    uint32_t k;              // fixed draft length; 0: adaptive
+    bool governor;           // suspend drafting when it stops paying
+    float governor_threshold; // acceptance below this suspends (0: 0.30)
+    const char *stop[ST_SESSION_MAX_STOPS];
+    uint32_t n_stop;
+    bool stop_at_eos;        // default true
+};
+
+enum st_finish {
+    ST_FINISH_NONE = 0,
+    ST_FINISH_LENGTH,
+    ST_FINISH_EOS,
+    ST_FINISH_STOP,
+    ST_FINISH_CONTEXT,
+};
+
+struct st_session_stats {
+    uint32_t prompt_tokens, tokens, rounds, drafted, accepted, suspended_rounds;
+    double prompt_seconds, seconds, draft_seconds, verify_seconds;
+    double k_sum;             // sum of K over speculative rounds
+    double commit_ns_sum;     // time of the committed-length stores
+    uint32_t commits;
+    uint32_t restarts;        // workers replaced during this session's steps
+};
+
+struct st_session;
+
+// Reserves a slot (on the node with the fewest sessions) and prefills the
+// prompt into both models.  Prompts that leave no room to generate are an
+// error naming the lengths.
+int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
+                     uint64_t session_id, struct st_session **out, struct st_error *e);
+// Reserves the slot only (the server prefills with st_session_prefill).
+int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
+                   uint64_t session_id, struct st_session **out, struct st_error *e);
+int st_session_prefill(struct st_session *s, struct st_error *e);
+
+// One round: appends 1..K+1 tokens to *out (up to cap) and returns how many,
+// or -1 on error.  *finish says whether the session ended.
+int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e);
+
+void st_session_end(struct st_session **s);
+
+const struct st_session_stats *st_session_stats(const struct st_session *s);
+uint32_t st_session_node(const struct st_session *s);
+bool st_session_prefilled(const struct st_session *s);
+// Generated ids so far.
+const int32_t *st_session_output(const struct st_session *s, uint32_t *n);
+
+#endif
