@@ -84,7 +84,7 @@ int st_cmd_generate(int argc, char **argv)
     int rc = 1;
     st_runtime_signals();
     if (ids && st_args_parse_ids(ids, &prompt, &n_prompt, &e)) goto fail;
-    if (st_runtime_exe(exe, sizeof exe, &e) || st_runtime_dir_new(dir, sizeof dir, &e)) goto fail;
+    if (st_self_exe(exe, sizeof exe, &e) || st_rundir_new(dir, sizeof dir, &e)) goto fail;
     ec.exe = exe;
     ec.run_dir = dir;
     ec.progress = true;
@@ -129,7 +129,7 @@ fail:
     st_session_end(&s);
     st_engine_close(&eng);
     zmq_ctx_term(zctx);
-    if (dir[0]) st_runtime_dir_remove(dir);
+    if (dir[0]) st_rundir_remove(dir);
     free(prompt);
     free(out);
     return rc;

@@ -1,6 +1,5 @@
-// What the embedded and server commands share: a private run directory for
-// ipc endpoints, the path of this binary, signal flags, and option parsing of
-// engine and sampling settings.
+// What the embedded and server commands share: signal flags and option
+// parsing of engine and sampling settings.
 #ifndef ST_CLI_RUNTIME_H
 #define ST_CLI_RUNTIME_H
 
@@ -8,18 +7,13 @@
 #include <stdbool.h>
 
 #include "coordinator/engine.h"
+#include "coordinator/rundir.h"
 #include "coordinator/session.h"
 
 // Set by SIGINT/SIGTERM handlers (the only process-wide flag besides the CPU table).
 extern volatile sig_atomic_t st_stop_requested;
 void st_runtime_signals(void);
 
-// Creates a 0700 directory under $TMPDIR (or /tmp) for ipc endpoints.
-int st_runtime_dir_new(char *path, size_t cap, struct st_error *e);
-// Removes the directory and the socket files in it.
-void st_runtime_dir_remove(const char *path);
-// Absolute path of the running binary.
-int st_runtime_exe(char *path, size_t cap, struct st_error *e);
 
 // Parses one engine or sampling option at argv[*i] (advancing *i past its
 // value).  Returns 1 if it was one, 0 if not, -1 on a bad value (message on

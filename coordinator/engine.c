@@ -218,3 +218,44 @@ uint64_t st_engine_restarts(const struct st_engine *eng)
     for (uint32_t i = 0; i < eng->n_nodes; i++) n += st_pool_restarts(eng->node[i].pool);
     return n;
 }
+
+int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *tokens, uint32_t n, float *out,
+                     struct st_error *e)
+{
+    struct st_engine_node *nd = &eng->node[0];
+    if (model >= eng->n_models) return st_error_set(e, "no model %u", model);
+    if (n == 0 || n > eng->n_ctx) return st_error_set(e, "%u tokens do not fit the context of %u", n, eng->n_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= eng->n_vocab)
+            return st_error_set(e, "token %d out of range (vocabulary %u)", tokens[i], eng->n_vocab);
+    uint32_t slot;
+    uint64_t gen, id = ++eng->next_session;
+    if (st_kv_reserve(&nd->kv, id, &slot, &gen, e)) return -1;
+    int rc = 0;
+    for (uint32_t at = 0; at < n && !rc;) {
+        uint32_t m = n - at < eng->k_max + 1 ? n - at : eng->k_max + 1;
+        Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
+        cmd.kind = SUBTERNARY__STEP_KIND__STEP_PREFILL;
+        cmd.slot = slot;
+        cmd.model = model;
+        cmd.tokens = (uint32_t *)(tokens + at);
+        cmd.n_tokens = m;
+        cmd.pos = at;
+        cmd.want_logits = true;
+        struct st_step_result res;
+        rc = st_engine_step(eng, 0, &cmd, &res, e);
+        if (!rc) {
+            memcpy(out + (size_t)at * eng->n_vocab, nd->scratch + nd->sl.logits, (size_t)m * eng->n_vocab * sizeof(float));
+            rc = st_kv_commit(&nd->kv, slot, model, at + m, e);
+        }
+        at += m;
+    }
+    struct st_error e2;
+    st_kv_release(&nd->kv, slot, id, &e2);
+    return rc;
+}
+
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier)
+{
+    st_pool_test_crash(eng->node[0].pool, step, rank, barrier);
+}

@@ -76,4 +76,17 @@ uint64_t st_engine_restarts(const struct st_engine *eng);
 // Parses a CPU list ("0-3,6") into cpus[]; returns the count or -1.
 int st_engine_parse_cpus(const char *s, int *cpus, int cap);
 
+
+
+// Logits of every position of a token sequence, evaluated by the worker set
+// of node 0 through the fast kernels: out[n][n_vocab].  model: 0 target,
+// 1 draft.  Uses (and releases) a KV slot.
+int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *tokens, uint32_t n, float *out,
+                     struct st_error *e);
+
+// Test hook: the first attempt of the step number `step` (counted from 1 over
+// the engine's life on node 0) makes rank `rank` _exit at its barrier
+// `barrier`.  0 disables.
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier);
+
 #endif

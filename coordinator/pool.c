@@ -37,6 +37,9 @@ struct st_pool {
     st_pool_idle_fn idle;
     void *idle_ctx;
     void *extra;
+    uint64_t steps;              // steps started (not counting replays)
+    uint64_t crash_step;         // test hook
+    uint32_t crash_rank, crash_barrier;
     // Liveness watch of the step in flight.
     uint64_t watch_ns;
     uint64_t watch_sum;
@@ -309,9 +312,13 @@ static void check_hang(struct st_pool *p, uint64_t step_id)
 int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e)
 {
     memset(res, 0, sizeof *res);
+    p->steps++;
     for (uint32_t attempt = 1;; attempt++) {
         res->attempts = attempt;
         cmd->step_id = ++p->step_seq;
+        bool crash = attempt == 1 && p->crash_step == p->steps;
+        cmd->crash_at_barrier = crash ? p->crash_barrier : 0;
+        cmd->crash_rank = crash ? p->crash_rank : 0;
         for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
             p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
             if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
@@ -395,6 +402,14 @@ void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *ex
 }
 
 uint32_t st_pool_ranks(const struct st_pool *p) { return p->cfg.n_ranks; }
+uint64_t st_pool_steps(const struct st_pool *p) { return p->steps; }
+
+void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier)
+{
+    p->crash_step = step;
+    p->crash_rank = rank;
+    p->crash_barrier = barrier;
+}
 uint64_t st_pool_restarts(const struct st_pool *p) { return p->restarts; }
 pid_t st_pool_pid(const struct st_pool *p, uint32_t rank) { return p->r[rank].pid; }
 double st_pool_last_replace_seconds(const struct st_pool *p) { return p->last_replace_s; }

@@ -31,10 +31,15 @@ static int prefill(struct st_plan *p, const Subternary__StepCommand *c)
 {
     if (c->model >= p->n_models) return st_error_set(&p->err, "prefill: no model %u", c->model);
     if (check_pos(p, c->slot, c->model, c->pos)) return -1;
+    // want_logits: one forward of at most k_max + 1 rows, all with logits
+    // (the coordinator copies them out between steps: tests and `logits`).
+    if (c->want_logits && c->n_tokens > p->sl.k_max + 1)
+        return st_error_set(&p->err, "prefill with logits: %zu rows > %u", c->n_tokens, p->sl.k_max + 1);
     for (size_t i = 0; i < c->n_tokens; i += p->sl.m_max) {
         uint32_t n = c->n_tokens - i < p->sl.m_max ? (uint32_t)(c->n_tokens - i) : p->sl.m_max;
-        uint32_t am;
-        if (st_fwd(p, c->model, c->slot, c->tokens + i, n, c->pos + (uint32_t)i, 0, &am)) return -1;
+        if (st_fwd(p, c->model, c->slot, c->tokens + i, n, c->pos + (uint32_t)i, c->want_logits ? n : 0,
+                   p->target_argmax))
+            return -1;
     }
     return 0;
 }
