@@ -255,7 +255,9 @@ int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *token
     return rc;
 }
 
-void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier)
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt)
 {
-    st_pool_test_crash(eng->node[0].pool, step, rank, barrier);
+    st_pool_test_crash(eng->node[0].pool, step, rank, barrier, every_attempt);
 }
+
+uint64_t st_engine_steps(const struct st_engine *eng) { return st_pool_steps(eng->node[0].pool); }

@@ -84,9 +84,11 @@ int st_engine_parse_cpus(const char *s, int *cpus, int cap);
 int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *tokens, uint32_t n, float *out,
                      struct st_error *e);
 
-// Test hook: the first attempt of the step number `step` (counted from 1 over
+// Test hook: the first attempt (or every attempt) of the step number `step` (counted from 1 over
 // the engine's life on node 0) makes rank `rank` _exit at its barrier
 // `barrier`.  0 disables.
-void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier);
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt);
+// Steps node 0's set has started (the test hook counts these).
+uint64_t st_engine_steps(const struct st_engine *eng);
 
 #endif

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "proto/wire.h"
+#include "worker/worker.h"
 
 enum rank_status { RANK_DOWN = 0, RANK_STARTING, RANK_READY };
 
@@ -24,6 +25,7 @@ struct rank {
     bool done;      // replied to the step in flight
     bool aborted;   // its reply said aborted
     bool dead;      // died during the step in flight
+    int exit_code;  // of the last process in this slot (-1: killed by a signal)
     uint64_t died_ns;
 };
 
@@ -40,6 +42,7 @@ struct st_pool {
     uint64_t steps;              // steps started (not counting replays)
     uint64_t crash_step;         // test hook
     uint32_t crash_rank, crash_barrier;
+    bool crash_every;            // test hook: on every attempt (a poison step)
     // Liveness watch of the step in flight.
     uint64_t watch_ns;
     uint64_t watch_sum;
@@ -88,8 +91,10 @@ static void reap(struct st_pool *p, uint32_t i)
 {
     struct rank *r = &p->r[i];
     if (r->pid > 0) {
+        int status = 0;
         kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
+        if (waitpid(r->pid, &status, 0) == r->pid && WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
+        else r->exit_code = -1;
     }
     if (r->pidfd >= 0) close(r->pidfd);
     r->pid = 0;
@@ -200,13 +205,20 @@ static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
         if (p->r[i].status == RANK_DOWN && spawn(p, i, e)) return -1;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
     char err[512] = "";
+    uint32_t retries = 0;
     while (!all_ready(p)) {
         poll_once(p, 20, 0, NULL, err, sizeof err);
         if (err[0]) return st_error_set(e, "%s", err);
+        // A worker that dies while starting (killed from outside) is started
+        // again; one that says its region is unusable is not.
         for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
             if (p->r[i].dead) {
                 p->r[i].dead = false;
-                return st_error_set(e, "worker %u exited during start", i);
+                if (p->r[i].exit_code == ST_WORKER_EXIT_NO_RESPAWN || p->r[i].exit_code == ST_WORKER_EXIT_USAGE ||
+                    ++retries > 8)
+                    return st_error_set(e, "worker %u exited during start (exit code %d)", i, p->r[i].exit_code);
+                p->restarts++;
+                if (spawn(p, i, e)) return -1;
             }
         if (now_ns() > deadline) return st_error_set(e, "worker set %u: not ready within %u ms", p->cfg.node, timeout_ms);
     }
@@ -316,7 +328,7 @@ int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step
     for (uint32_t attempt = 1;; attempt++) {
         res->attempts = attempt;
         cmd->step_id = ++p->step_seq;
-        bool crash = attempt == 1 && p->crash_step == p->steps;
+        bool crash = (attempt == 1 || p->crash_every) && p->crash_step == p->steps;
         cmd->crash_at_barrier = crash ? p->crash_barrier : 0;
         cmd->crash_rank = crash ? p->crash_rank : 0;
         for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
@@ -348,6 +360,11 @@ int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step
         }
         // Replace the dead on their CPUs, make the barrier usable, replay.
         uint64_t died = UINT64_MAX;
+        for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+            if (p->r[i].dead || p->r[i].aborted)
+                fprintf(stderr, "coordinator: set %u step %llu attempt %u: worker %u %s%s%s\n", p->cfg.node,
+                        (unsigned long long)cmd->step_id, attempt, i, p->r[i].dead ? "died" : "aborted",
+                        err[0] ? ": " : "", err);
         for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
             if (p->r[i].dead) {
                 if (p->r[i].died_ns && p->r[i].died_ns < died) died = p->r[i].died_ns;
@@ -404,8 +421,9 @@ void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *ex
 uint32_t st_pool_ranks(const struct st_pool *p) { return p->cfg.n_ranks; }
 uint64_t st_pool_steps(const struct st_pool *p) { return p->steps; }
 
-void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier)
+void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt)
 {
+    p->crash_every = every_attempt;
     p->crash_step = step;
     p->crash_rank = rank;
     p->crash_barrier = barrier;

@@ -63,7 +63,7 @@ void st_pool_service(struct st_pool *p, int timeout_ms);
 void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *extra_socket);
 
 // Test hook (see st_engine_test_crash).
-void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier);
+void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt);
 // Steps started so far (replays not counted).
 uint64_t st_pool_steps(const struct st_pool *p);
 

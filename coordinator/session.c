@@ -127,18 +127,28 @@ static int prefill_model(struct st_session *s, uint32_t model, uint32_t from, ui
     return 0;
 }
 
-int st_session_prefill(struct st_session *s, struct st_error *e)
+int st_session_prefill_some(struct st_session *s, uint32_t max_tokens, bool *done, struct st_error *e)
 {
     double t0 = now_s();
     // Everything but the last prompt token: that one is pending and goes
-    // through the first round's verify (and draft) rows.
+    // through the first round's verify (and draft) rows.  s->t and s->dc
+    // track how far each model got.
     uint32_t n = s->n_prompt - 1;
-    if (n && prefill_model(s, ST_MODEL_TARGET, 0, n, e)) return -1;
-    if (n && s->gp.speculate && prefill_model(s, ST_MODEL_DRAFT, 0, n, e)) return -1;
-    s->t = n;
-    s->dc = s->gp.speculate ? n : 0;
-    s->prefilled = true;
-    s->st.prompt_seconds = now_s() - t0;
+    uint32_t to = s->t + max_tokens < n ? s->t + max_tokens : n;
+    if (to > s->t && prefill_model(s, ST_MODEL_TARGET, s->t, to, e)) return -1;
+    if (s->gp.speculate && to > s->dc && prefill_model(s, ST_MODEL_DRAFT, s->dc, to, e)) return -1;
+    s->t = to;
+    if (s->gp.speculate) s->dc = to;
+    s->st.prompt_seconds += now_s() - t0;
+    *done = s->prefilled = to == n;
+    return 0;
+}
+
+int st_session_prefill(struct st_session *s, struct st_error *e)
+{
+    bool done = false;
+    while (!done)
+        if (st_session_prefill_some(s, UINT32_MAX, &done, e)) return -1;
     return 0;
 }
 
@@ -192,7 +202,7 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m)
     s->ema_accept = 0.8 * s->ema_accept + 0.2 * a_hat;
     if (!s->gp.governor) return;
     uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW;
-    if (n < 4) return;
+    if (n < 2) return; // two rounds are enough to see a collapse
     float mean = 0;
     for (uint32_t i = 0; i < n; i++) mean += s->window[i];
     mean /= n;
@@ -236,7 +246,7 @@ static enum st_finish emit(struct st_session *s, int32_t tok, int32_t *out, uint
         }
         if (ends_with_stop(s)) return ST_FINISH_STOP;
     }
-    if (s->gp.stop_at_eos && eng->tok && tok == st_tok_eos(eng->tok)) return ST_FINISH_EOS;
+    if (s->gp.stop_at_eos && eng->tok && st_tok_is_eog(eng->tok, tok)) return ST_FINISH_EOS;
     if (s->st.tokens >= s->gp.max_tokens) return ST_FINISH_LENGTH;
     if (s->n_tokens >= eng->n_ctx) return ST_FINISH_CONTEXT;
     return ST_FINISH_NONE;
@@ -307,6 +317,10 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         const float *p = (const float *)(nd->scratch + sl->target_probs);
         const float *q = (const float *)(nd->scratch + sl->draft_probs);
         m = st_spec_accept(p, q, y, K, eng->n_vocab, seed, STREAM_ACCEPT, s->resid, &z);
+        if (s->gp.test_broken_acceptance) { // wrong on purpose: keep every draft
+            m = K;
+            z = st_sample_draw(p + (size_t)K * eng->n_vocab, eng->n_vocab, st_rng_uniform(seed, STREAM_ACCEPT, 99));
+        }
     }
     // Commit: the target keeps x_t, y_1..y_m; the draft what it saw of them.
     uint32_t t = s->t;
@@ -334,6 +348,35 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     for (uint32_t i = 0; i < m && *finish == ST_FINISH_NONE; i++) *finish = emit(s, (int32_t)y[i], out, &n_out, cap);
     if (*finish == ST_FINISH_NONE) *finish = emit(s, (int32_t)z, out, &n_out, cap);
     return (int)n_out;
+}
+
+int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, struct st_error *e)
+{
+    struct st_kv *kv = &s->eng->node[s->node].kv;
+    if (!s->prefilled) return st_error_set(e, "rewind before prefill");
+    uint32_t base = s->n_prompt - 1;
+    if (st_kv_rollback(kv, s->slot, ST_MODEL_TARGET, base, e)) return -1;
+    if (s->eng->n_models > 1) {
+        uint32_t d = s->dc < base ? s->dc : base;
+        if (st_kv_rollback(kv, s->slot, ST_MODEL_DRAFT, d, e)) return -1;
+        s->dc = d;
+    }
+    s->gp = *gp;
+    if (!s->gp.governor_threshold) s->gp.governor_threshold = 0.30f;
+    if (!s->eng->draft) s->gp.speculate = false;
+    if (s->gp.k > s->eng->k_max) s->gp.k = s->eng->k_max;
+    s->t = base;
+    s->n_tokens = s->n_prompt;
+    s->drafting = s->gp.speculate;
+    s->rounds_since_probe = 0;
+    s->n_window = 0;
+    s->ema_accept = 0.7;
+    s->text_len = 0;
+    double ps = s->st.prompt_seconds;
+    memset(&s->st, 0, sizeof s->st);
+    s->st.prompt_tokens = s->n_prompt;
+    s->st.prompt_seconds = ps;
+    return 0;
 }
 
 void st_session_end(struct st_session **sp)

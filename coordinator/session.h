@@ -25,6 +25,9 @@ struct st_gen_params {
     const char *stop[ST_SESSION_MAX_STOPS];
     uint32_t n_stop;
     bool stop_at_eos;        // default true
+    // Test hook: accept every draft token (a deliberately wrong rule, the
+    // negative control of the distribution test).  Never set in serving.
+    bool test_broken_acceptance;
 };
 
 enum st_finish {
@@ -55,10 +58,19 @@ int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, cons
 int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
                    uint64_t session_id, struct st_session **out, struct st_error *e);
 int st_session_prefill(struct st_session *s, struct st_error *e);
+// Prefills at most max_tokens more prompt tokens (one or two steps), so a
+// scheduler can interleave other sessions' rounds with a long prompt.
+// *done becomes true when the prompt is fully prefilled.
+int st_session_prefill_some(struct st_session *s, uint32_t max_tokens, bool *done, struct st_error *e);
 
 // One round: appends 1..K+1 tokens to *out (up to cap) and returns how many,
 // or -1 on error.  *finish says whether the session ended.
 int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e);
+
+// Rolls the session back to its prompt (one committed-length store per
+// model: nothing is copied or cleared) and restarts generation with new
+// parameters.  Used by benchmarks and tests to reuse a prefilled prompt.
+int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, struct st_error *e);
 
 void st_session_end(struct st_session **s);
 

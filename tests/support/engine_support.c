@@ -32,7 +32,7 @@ int st_test_engine_open(struct st_test_engine *t, const char *target, const char
     struct st_engine_config ec = {
         .target_path = target[0] == '/' || target[0] == '.' ? target : st_test_shared(target, tp, sizeof tp),
         .draft_path = draft ? (draft[0] == '/' || draft[0] == '.' ? draft : st_test_shared(draft, dp, sizeof dp)) : NULL,
-        .n_slots = slots ? slots : 2, .n_ctx = 1024, .k_max = 8, .n_nodes = nodes, .workers_per_node = workers,
+        .n_slots = slots ? slots : 2, .n_ctx = 1100, .k_max = 8, .n_nodes = nodes, .workers_per_node = workers,
         .exe = t->exe, .run_dir = t->dir, .quiet = true, .hang_ms = 2000};
     t->zctx = zmq_ctx_new();
     if (st_engine_open(&ec, t->zctx, &t->eng, &e)) {

@@ -1,0 +1,12 @@
+// `subternary bench kernels`: matrix-product throughput per weight format and
+// activation count M, against the machine's streaming read bandwidth measured
+// in the same run with the same threads.
+#ifndef ST_CLI_BENCH_KERNELS_H
+#define ST_CLI_BENCH_KERNELS_H
+
+// argv[0] is "kernels"; options: --threads T, --json, --quick,
+// --shapes RxC[,RxC...], --types q8_0,q4_0,ternary-mask,..., --m 1,2,...,
+// --trials N, --level scalar|avx2|avx512.  Returns the exit code.
+int st_bench_kernels(int argc, char **argv);
+
+#endif

@@ -1,0 +1,158 @@
+// Speculative decoding through real worker processes: greedy output equals
+// autoregressive output token for token (every pico target/draft type pair,
+// short and long prompts, K 1/2/4/8/adaptive, governor on and off), and the
+// governor suspends a draft that does not agree with the target.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/support/engine_support.h"
+#include "tests/support/test_support.h"
+
+#define GEN_TOKENS 40
+
+static struct st_golden_row *rows;
+static int n_rows;
+
+static const struct st_golden_row *prompt_row(const char *name)
+{
+    for (int i = 0; i < n_rows; i++)
+        if (!strcmp(rows[i].prompt, name)) return &rows[i];
+    return NULL;
+}
+
+static void run(struct st_session *s, const struct st_gen_params *gp, int32_t *out, uint32_t *n,
+                struct st_session_stats *st)
+{
+    struct st_error e;
+    if (st_session_rewind(s, gp, &e)) fail_msg("rewind: %s", e.msg);
+    int32_t buf[64];
+    enum st_finish fin = ST_FINISH_NONE;
+    while (fin == ST_FINISH_NONE)
+        if (st_session_round(s, buf, 64, &fin, &e) < 0) fail_msg("round: %s", e.msg);
+    const int32_t *o = st_session_output(s, n);
+    memcpy(out, o, *n * sizeof *o);
+    if (st) *st = *st_session_stats(s);
+}
+
+static void check_pair(const char *target, const char *draft)
+{
+    struct st_test_engine t;
+    assert_int_equal(st_test_engine_open(&t, target, draft, 2, 1, 1), 0);
+    const char *prompts[2] = {"p101", "p102"};
+    uint32_t ks[5] = {1, 2, 4, 8, 0};
+    for (int pi = 0; pi < 2; pi++) {
+        const struct st_golden_row *r = prompt_row(prompts[pi]);
+        assert_non_null(r);
+        struct st_gen_params gp = {.max_tokens = GEN_TOKENS, .speculate = true, .governor = true, .seed = 1};
+        struct st_session *s;
+        struct st_error e;
+        if (st_session_start(t.eng, &gp, r->prompt_ids, r->n_prompt, ++t.eng->next_session, &s, &e))
+            fail_msg("%s", e.msg);
+        int32_t ar[GEN_TOKENS], sp[GEN_TOKENS];
+        uint32_t n_ar, n_sp;
+        gp.speculate = false;
+        run(s, &gp, ar, &n_ar, NULL);
+        assert_int_equal(n_ar, GEN_TOKENS);
+        uint32_t drafted = 0, accepted = 0;
+        for (int ki = 0; ki < 5; ki++)
+            for (int gov = 0; gov < 2; gov++) {
+                struct st_session_stats st;
+                gp.speculate = true;
+                gp.k = ks[ki];
+                gp.governor = gov;
+                run(s, &gp, sp, &n_sp, &st);
+                assert_int_equal(n_sp, n_ar);
+                for (uint32_t i = 0; i < n_ar; i++)
+                    if (sp[i] != ar[i])
+                        fail_msg("%s + %s, %s, K=%u, governor %d: token %u is %d, autoregressive %d", target, draft,
+                                 prompts[pi], ks[ki], gov, i, sp[i], ar[i]);
+                drafted += st.drafted;
+                accepted += st.accepted;
+            }
+        printf("  %-28s + %-26s %s: identical in 10 runs, acceptance %.3f\n", target + 7, draft + 7, prompts[pi],
+               drafted ? (double)accepted / drafted : 0.0);
+        st_session_end(&s);
+    }
+    st_test_engine_close(&t);
+}
+
+static void test_greedy_equality(void **state)
+{
+    (void)state;
+    const char *targets[] = {"models/pico-target.f16.gguf", "models/pico-target.q8_0.gguf",
+                             "models/pico-target.q4_0.gguf", "models/pico-target.q4_k.gguf",
+                             "models/pico-target.q6_k.gguf"};
+    const char *drafts[] = {"models/pico-draft.f16.gguf", "models/pico-draft.q4_0.gguf",
+                            "models/pico-draft.tq1_0.gguf", "models/pico-draft.tq2_0.gguf"};
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++) check_pair(targets[i], drafts[j]);
+}
+
+// A draft that shares nothing with the target (another model altogether):
+// acceptance collapses and the governor suspends drafting within its window;
+// the matching draft keeps drafting.
+static void test_governor(void **state)
+{
+    (void)state;
+    const char *drafts[2] = {"models/stories260K.f32.gguf", "models/pico-draft.f16.gguf"};
+    for (int d = 0; d < 2; d++) {
+        const struct st_golden_row *r = prompt_row(d == 0 ? "p101" : "p102");
+        struct st_test_engine t;
+        assert_int_equal(st_test_engine_open(&t, "models/pico-target.f16.gguf", drafts[d], 2, 1, 1), 0);
+        struct st_gen_params gp = {.max_tokens = 96, .speculate = true, .governor = true, .k = 4};
+        struct st_session *s;
+        struct st_error e;
+        if (st_session_start(t.eng, &gp, r->prompt_ids, r->n_prompt, ++t.eng->next_session, &s, &e))
+            fail_msg("%s", e.msg);
+        int32_t out[96], ar[96];
+        uint32_t n, n_ar;
+        struct st_session_stats on, off, base;
+        double best_on = 1e9, best_ar = 1e9;
+        for (int rep = 0; rep < 3; rep++) { // alternating, best of 3
+            gp.speculate = false;
+            run(s, &gp, ar, &n_ar, &base);
+            gp.speculate = true;
+            gp.governor = true;
+            run(s, &gp, out, &n, &on);
+            assert_memory_equal(out, ar, n * sizeof *out);
+            if (on.seconds < best_on) best_on = on.seconds;
+            if (base.seconds < best_ar) best_ar = base.seconds;
+        }
+        gp.governor = false;
+        run(s, &gp, out, &n, &off);
+        double acc_off = off.drafted ? (double)off.accepted / off.drafted : 0;
+        printf("  draft %-28s %s: acceptance without governor %.3f; with governor: drafted %u in %u rounds, "
+               "%u target-only; time ratio speculative/autoregressive %.3f\n",
+               drafts[d] + 7, r->prompt, acc_off, on.drafted, on.rounds, on.suspended_rounds, best_on / best_ar);
+        if (d == 0) {
+            assert_true(acc_off < 0.2);
+            // Suspended within the window of 8 rounds; then only probes.
+            assert_true(on.suspended_rounds > 0);
+            assert_true(on.drafted <= 8 * 4 + (on.rounds / 16 + 1) * 4);
+        } else {
+            assert_true(acc_off > 0.5);
+            assert_int_equal(on.suspended_rounds, 0);
+        }
+        st_session_end(&s);
+        st_test_engine_close(&t);
+    }
+}
+
+int main(void)
+{
+    n_rows = st_golden_load(&rows);
+    if (n_rows <= 0) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_equality),
+        cmocka_unit_test(test_governor),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    free(rows);
+    return rc;
+}
