@@ -134,7 +134,7 @@ int st_session_prefill_some(struct st_session *s, uint32_t max_tokens, bool *don
     // through the first round's verify (and draft) rows.  s->t and s->dc
     // track how far each model got.
     uint32_t n = s->n_prompt - 1;
-    uint32_t to = s->t + max_tokens < n ? s->t + max_tokens : n;
+    uint32_t to = n - s->t > max_tokens ? s->t + max_tokens : n;
     if (to > s->t && prefill_model(s, ST_MODEL_TARGET, s->t, to, e)) return -1;
     if (s->gp.speculate && to > s->dc && prefill_model(s, ST_MODEL_DRAFT, s->dc, to, e)) return -1;
     s->t = to;
