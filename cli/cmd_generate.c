@@ -47,6 +47,32 @@ static void print_summary(const struct st_session_stats *st, const struct st_eng
                 spec ? "true" : "false");
 }
 
+// Per-op attribution of the decode steps, sorted by share of the time.
+static void print_profile(const struct st_session_stats *st)
+{
+    uint32_t order[16];
+    double total = 0;
+    for (uint32_t k = 0; k < st->n_ops; k++) order[k] = k, total += st->op_seconds[k];
+    for (uint32_t a = 0; a < st->n_ops; a++)
+        for (uint32_t b = a + 1; b < st->n_ops; b++)
+            if (st->op_seconds[order[b]] > st->op_seconds[order[a]]) {
+                uint32_t t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    fprintf(stderr, "\nprofile of %u decode steps (rank 0; %llu barriers, %.1f per step):\n", st->steps,
+            (unsigned long long)st->barriers, st->steps ? (double)st->barriers / st->steps : 0.0);
+    fprintf(stderr, "  %-12s %10s %7s %10s %8s\n", "op", "seconds", "share", "ms/token", "GB/s");
+    for (uint32_t i = 0; i < st->n_ops; i++) {
+        uint32_t k = order[i];
+        double sec = st->op_seconds[k];
+        fprintf(stderr, "  %-12s %10.4f %6.1f%% %10.3f %8.2f\n", st->op_names[k], sec, total > 0 ? 100 * sec / total : 0,
+                st->tokens ? 1e3 * sec / st->tokens : 0, sec > 0 ? st->op_bytes[k] / sec / 1e9 : 0);
+    }
+    fprintf(stderr, "  wall time of the steps: %.4f s; outside the workers' ops (messages, coordinator): %.4f s\n",
+            st->seconds, st->seconds - total > 0 ? st->seconds - total : 0);
+}
+
 int st_cmd_generate(int argc, char **argv)
 {
     struct st_engine_config ec = {0};
@@ -64,6 +90,7 @@ int st_cmd_generate(int argc, char **argv)
         else if (!strcmp(argv[i], "--ids")) want_ids = true;
         else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--quiet")) quiet = true;
+        else if (!strcmp(argv[i], "--profile")) gp.profile = true;
         else {
             fprintf(stderr, "subternary generate: unknown or incomplete option '%s'\n", argv[i]);
             usage();
@@ -122,6 +149,7 @@ int st_cmd_generate(int argc, char **argv)
         printf("\n");
     }
     fflush(stdout);
+    if (gp.profile) print_profile(st_session_stats(s));
     print_summary(st_session_stats(s), eng, json, gp.speculate);
     rc = st_stop_requested ? 130 : 0;
 fail:

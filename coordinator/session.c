@@ -286,6 +286,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     cmd.sampling = &sm;
     cmd.seed = seed;
     cmd.want_probs = !greedy;
+    cmd.want_timings = s->gp.profile;
     cmd.verify_pos = s->t;
     cmd.verify_token = (uint32_t)s->tokens[s->t];
     struct st_step_result res;
@@ -307,6 +308,14 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     if (st_engine_step(eng, s->node, &cmd, &res, e)) return -1;
     double dt = now_s() - t0;
     s->st.restarts += res.restarts;
+    s->st.steps++;
+    s->st.barriers += res.barriers;
+    for (uint32_t k = 0; k < res.n_ops; k++) {
+        s->st.op_seconds[k] += res.op_seconds[k];
+        s->st.op_bytes[k] += res.op_bytes[k];
+        memcpy(s->st.op_names[k], res.op_names[k], sizeof s->st.op_names[k]);
+    }
+    if (res.n_ops > s->st.n_ops) s->st.n_ops = res.n_ops;
     const struct st_scratch_layout *sl = &nd->sl;
     const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
     const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);

@@ -28,6 +28,7 @@ struct st_gen_params {
     // Test hook: accept every draft token (a deliberately wrong rule, the
     // negative control of the distribution test).  Never set in serving.
     bool test_broken_acceptance;
+    bool profile;            // per-op timings from the workers (rank 0)
 };
 
 enum st_finish {
@@ -45,6 +46,14 @@ struct st_session_stats {
     double commit_ns_sum;     // time of the committed-length stores
     uint32_t commits;
     uint32_t restarts;        // workers replaced during this session's steps
+    // With gp.profile: seconds and weight bytes per op class, rank 0's view,
+    // summed over the decode steps (prefill excluded).
+    double op_seconds[16];
+    uint64_t op_bytes[16];
+    char op_names[16][16];
+    uint32_t n_ops;
+    uint64_t barriers;        // barriers passed in decode steps
+    uint32_t steps;           // decode steps
 };
 
 struct st_session;
