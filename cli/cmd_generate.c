@@ -50,7 +50,7 @@ static void print_summary(const struct st_session_stats *st, const struct st_eng
 // Per-op attribution of the decode steps, sorted by share of the time.
 static void print_profile(const struct st_session_stats *st)
 {
-    uint32_t order[16];
+    uint32_t order[ST_POOL_MAX_OPS];
     double total = 0;
     for (uint32_t k = 0; k < st->n_ops; k++) order[k] = k, total += st->op_seconds[k];
     for (uint32_t a = 0; a < st->n_ops; a++)
@@ -62,11 +62,11 @@ static void print_profile(const struct st_session_stats *st)
             }
     fprintf(stderr, "\nprofile of %u decode steps (rank 0; %llu barriers, %.1f per step):\n", st->steps,
             (unsigned long long)st->barriers, st->steps ? (double)st->barriers / st->steps : 0.0);
-    fprintf(stderr, "  %-12s %10s %7s %10s %8s\n", "op", "seconds", "share", "ms/token", "GB/s");
+    fprintf(stderr, "  %-8s %-12s %10s %7s %10s %8s\n", "model", "op", "seconds", "share", "ms/token", "GB/s");
     for (uint32_t i = 0; i < st->n_ops; i++) {
         uint32_t k = order[i];
         double sec = st->op_seconds[k];
-        fprintf(stderr, "  %-12s %10.4f %6.1f%% %10.3f %8.2f\n", st->op_names[k], sec, total > 0 ? 100 * sec / total : 0,
+        fprintf(stderr, "  %-8s %-12s %10.4f %6.1f%% %10.3f %8.2f\n", st->op_model[k] ? "draft" : "target", st->op_names[k], sec, total > 0 ? 100 * sec / total : 0,
                 st->tokens ? 1e3 * sec / st->tokens : 0, sec > 0 ? st->op_bytes[k] / sec / 1e9 : 0);
     }
     fprintf(stderr, "  wall time of the steps: %.4f s; outside the workers' ops (messages, coordinator): %.4f s\n",

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -261,3 +262,18 @@ void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, u
 }
 
 uint64_t st_engine_steps(const struct st_engine *eng) { return st_pool_steps(eng->node[0].pool); }
+
+int st_engine_ping(struct st_engine *eng, uint32_t node, uint32_t n, double *seconds, struct st_error *e)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (uint32_t i = 0; i < n; i++) {
+        Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
+        cmd.kind = SUBTERNARY__STEP_KIND__STEP_PING;
+        struct st_step_result res;
+        if (st_engine_step(eng, node, &cmd, &res, e)) return -1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    *seconds = ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9) / n;
+    return 0;
+}

@@ -141,10 +141,11 @@ static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_resul
             if (wm->done->seconds > res->seconds) res->seconds = wm->done->seconds;
             if (i == 0) {
                 res->barriers = wm->done->barriers;
-                res->n_ops = wm->done->n_timings < 16 ? (uint32_t)wm->done->n_timings : 16;
+                res->n_ops = wm->done->n_timings < ST_POOL_MAX_OPS ? (uint32_t)wm->done->n_timings : ST_POOL_MAX_OPS;
                 for (uint32_t k = 0; k < res->n_ops; k++) {
                     res->op_seconds[k] = wm->done->timings[k]->seconds;
                     res->op_bytes[k] = wm->done->timings[k]->bytes;
+                    res->op_model[k] = wm->done->timings[k]->model;
                     snprintf(res->op_names[k], sizeof res->op_names[k], "%s", wm->done->timings[k]->op);
                 }
             }

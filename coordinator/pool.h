@@ -17,6 +17,7 @@
 #include "shm/workset.h"
 
 #define ST_POOL_MAX_ATTEMPTS 3
+#define ST_POOL_MAX_OPS 32
 
 struct st_pool_config {
     uint32_t node;
@@ -35,9 +36,11 @@ struct st_step_result {
     uint32_t barriers;          // rank 0's
     uint32_t attempts;          // 1 when nothing failed
     uint32_t restarts;          // workers replaced during this step
-    double op_seconds[16];      // rank 0's per-op times when asked
-    uint64_t op_bytes[16];
-    char op_names[16][16];
+    // Rank 0's per-op times when asked, by (model, op).
+    double op_seconds[ST_POOL_MAX_OPS];
+    uint64_t op_bytes[ST_POOL_MAX_OPS];
+    uint32_t op_model[ST_POOL_MAX_OPS];
+    char op_names[ST_POOL_MAX_OPS][16];
     uint32_t n_ops;
 };
 

@@ -310,12 +310,19 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     s->st.restarts += res.restarts;
     s->st.steps++;
     s->st.barriers += res.barriers;
-    for (uint32_t k = 0; k < res.n_ops; k++) {
-        s->st.op_seconds[k] += res.op_seconds[k];
-        s->st.op_bytes[k] += res.op_bytes[k];
-        memcpy(s->st.op_names[k], res.op_names[k], sizeof s->st.op_names[k]);
+    for (uint32_t k = 0; k < res.n_ops; k++) { // accumulate by (model, op name)
+        uint32_t j = 0;
+        while (j < s->st.n_ops && (s->st.op_model[j] != res.op_model[k] || strcmp(s->st.op_names[j], res.op_names[k])))
+            j++;
+        if (j == s->st.n_ops) {
+            if (j == ST_POOL_MAX_OPS) continue;
+            s->st.n_ops++;
+            s->st.op_model[j] = res.op_model[k];
+            memcpy(s->st.op_names[j], res.op_names[k], sizeof s->st.op_names[j]);
+        }
+        s->st.op_seconds[j] += res.op_seconds[k];
+        s->st.op_bytes[j] += res.op_bytes[k];
     }
-    if (res.n_ops > s->st.n_ops) s->st.n_ops = res.n_ops;
     const struct st_scratch_layout *sl = &nd->sl;
     const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
     const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);
@@ -406,6 +413,7 @@ void st_session_end(struct st_session **sp)
 
 const struct st_session_stats *st_session_stats(const struct st_session *s) { return &s->st; }
 uint32_t st_session_node(const struct st_session *s) { return s->node; }
+uint32_t st_session_slot(const struct st_session *s) { return s->slot; }
 bool st_session_prefilled(const struct st_session *s) { return s->prefilled; }
 
 const int32_t *st_session_output(const struct st_session *s, uint32_t *n)

@@ -48,9 +48,10 @@ struct st_session_stats {
     uint32_t restarts;        // workers replaced during this session's steps
     // With gp.profile: seconds and weight bytes per op class, rank 0's view,
     // summed over the decode steps (prefill excluded).
-    double op_seconds[16];
-    uint64_t op_bytes[16];
-    char op_names[16][16];
+    double op_seconds[ST_POOL_MAX_OPS];
+    uint64_t op_bytes[ST_POOL_MAX_OPS];
+    uint32_t op_model[ST_POOL_MAX_OPS];
+    char op_names[ST_POOL_MAX_OPS][16];
     uint32_t n_ops;
     uint64_t barriers;        // barriers passed in decode steps
     uint32_t steps;           // decode steps
@@ -85,6 +86,7 @@ void st_session_end(struct st_session **s);
 
 const struct st_session_stats *st_session_stats(const struct st_session *s);
 uint32_t st_session_node(const struct st_session *s);
+uint32_t st_session_slot(const struct st_session *s);
 bool st_session_prefilled(const struct st_session *s);
 // Generated ids so far.
 const int32_t *st_session_output(const struct st_session *s, uint32_t *n);

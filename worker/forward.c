@@ -22,8 +22,8 @@ static void account(struct st_plan *p, enum st_op op, double *t, uint64_t bytes)
 {
     if (!p->timing) return;
     double n = now_s();
-    p->op_seconds[op] += n - *t;
-    p->op_bytes[op] += bytes;
+    p->op_seconds[p->cur_model][op] += n - *t;
+    p->op_bytes[p->cur_model][op] += bytes;
     *t = n;
 }
 
@@ -193,6 +193,7 @@ int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tok
     uint32_t d = hp->n_embd, kvd = hp->n_head_kv * hp->head_dim;
     if (model >= p->n_models || M == 0 || M > p->sl.m_max || n_logits > M || n_logits > p->sl.k_max + 1)
         return st_error_set(&p->err, "forward: bad shape (model %u, %u rows, %u logits)", model, M, n_logits);
+    p->cur_model = model;
     double t = p->timing ? now_s() : 0;
     for (uint32_t m = 0; m < M; m++) {
         if (tokens[m] >= hp->n_vocab) return st_error_set(&p->err, "forward: token %u out of range", tokens[m]);

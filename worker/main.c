@@ -50,7 +50,7 @@ static void send_done(void *sock, uint64_t step_id, uint32_t rank, bool aborted,
 {
     Subternary__WorkerMsg msg = SUBTERNARY__WORKER_MSG__INIT;
     Subternary__StepDone done = SUBTERNARY__STEP_DONE__INIT;
-    Subternary__OpTiming tim[ST_OP_COUNT], *timp[ST_OP_COUNT];
+    Subternary__OpTiming tim[ST_LAYOUT_MAX_MODELS * ST_OP_COUNT], *timp[ST_LAYOUT_MAX_MODELS * ST_OP_COUNT];
     done.step_id = step_id;
     done.rank = rank;
     done.aborted = aborted;
@@ -58,14 +58,19 @@ static void send_done(void *sock, uint64_t step_id, uint32_t rank, bool aborted,
     done.barriers = p->barriers;
     done.error = (char *)(err ? err : "");
     if (p->timing) {
-        for (int i = 0; i < ST_OP_COUNT; i++) {
-            subternary__op_timing__init(&tim[i]);
-            tim[i].op = (char *)st_op_name(i);
-            tim[i].seconds = p->op_seconds[i];
-            tim[i].bytes = p->op_bytes[i];
-            timp[i] = &tim[i];
-        }
-        done.n_timings = ST_OP_COUNT;
+        size_t n = 0;
+        for (uint32_t m = 0; m < p->n_models; m++)
+            for (int i = 0; i < ST_OP_COUNT; i++) {
+                if (p->op_seconds[m][i] <= 0) continue;
+                subternary__op_timing__init(&tim[n]);
+                tim[n].op = (char *)st_op_name(i);
+                tim[n].model = m;
+                tim[n].seconds = p->op_seconds[m][i];
+                tim[n].bytes = p->op_bytes[m][i];
+                timp[n] = &tim[n];
+                n++;
+            }
+        done.n_timings = n;
         done.timings = timp;
     }
     msg.msg_case = SUBTERNARY__WORKER_MSG__MSG_DONE;

@@ -70,8 +70,9 @@ struct st_plan {
     uint32_t barriers;          // barriers passed in this step
     uint32_t crash_at_barrier;  // test hook: _exit when barriers reaches it (0 off)
     bool timing;
-    double op_seconds[ST_OP_COUNT];
-    uint64_t op_bytes[ST_OP_COUNT];
+    uint32_t cur_model;          // model of the forward in progress
+    double op_seconds[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
+    uint64_t op_bytes[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
     struct st_error err;
 };
 

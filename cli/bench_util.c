@@ -1,0 +1,189 @@
+#include "cli/bench_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "cli/args.h"
+#include "coordinator/rundir.h"
+
+void st_bench_add(struct st_bench_stat *s, double v)
+{
+    if (s->n < ST_BENCH_MAX_RUNS) s->v[s->n++] = v;
+}
+
+double st_bench_mean(const struct st_bench_stat *s)
+{
+    double m = 0;
+    for (int i = 0; i < s->n; i++) m += s->v[i];
+    return s->n ? m / s->n : 0;
+}
+
+double st_bench_std(const struct st_bench_stat *s)
+{
+    double m = st_bench_mean(s), v = 0;
+    for (int i = 0; i < s->n; i++) v += (s->v[i] - m) * (s->v[i] - m);
+    return s->n > 1 ? sqrt(v / (s->n - 1)) : 0;
+}
+
+int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
+{
+    memset(r, 0, sizeof *r);
+    struct st_error e = {{0}};
+    int32_t *prompt = NULL;
+    size_t n = 0;
+    if (st_self_exe(r->exe, sizeof r->exe, &e) || st_rundir_new(r->dir, sizeof r->dir, &e)) goto fail;
+    struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = 1, .n_ctx = o->n_ctx,
+                                  .k_max = 8, .exe = r->exe, .run_dir = r->dir, .progress = true, .cpus = o->cpus,
+                                  .n_nodes = o->n_nodes, .workers_per_node = o->workers, .quiet = false};
+    r->zctx = zmq_ctx_new();
+    if (st_engine_open(&ec, r->zctx, &r->eng, &e)) goto fail;
+    if (o->prompt_ids) {
+        if (st_args_parse_ids(o->prompt_ids, &prompt, &n, &e)) goto fail;
+    } else if (o->prompt_len) { // deterministic pseudo-random ids
+        n = o->prompt_len;
+        prompt = malloc(n * sizeof *prompt);
+        uint64_t x = 88172645463325252ull;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            prompt[i] = i == 0 && r->eng->tok && st_tok_bos(r->eng->tok) >= 0 ? st_tok_bos(r->eng->tok)
+                                                                               : (int32_t)(x % r->eng->n_vocab);
+        }
+    } else {
+        const char *text = o->prompt_text ? o->prompt_text : "Once upon a time, in a small village by the sea, there lived";
+        if (!r->eng->tok) {
+            st_error_set(&e, "%s has no tokenizer: give --tokens or --prompt-len", o->target);
+            goto fail;
+        }
+        if (st_tok_encode(r->eng->tok, text, strlen(text), true, &prompt, &n, &e)) goto fail;
+    }
+    struct st_gen_params gp = {.max_tokens = 1, .speculate = o->draft != NULL};
+    if (st_session_start(r->eng, &gp, prompt, (uint32_t)n, ++r->eng->next_session, &r->s, &e)) goto fail;
+    free(prompt);
+    return 0;
+fail:
+    fprintf(stderr, "subternary bench: %s\n", e.msg);
+    free(prompt);
+    st_bench_rig_close(r);
+    return -1;
+}
+
+void st_bench_rig_close(struct st_bench_rig *r)
+{
+    st_session_end(&r->s);
+    st_engine_close(&r->eng);
+    if (r->zctx) zmq_ctx_term(r->zctx);
+    r->zctx = NULL;
+    if (r->dir[0]) st_rundir_remove(r->dir);
+    r->dir[0] = 0;
+}
+
+int st_bench_rig_run(struct st_bench_rig *r, const struct st_gen_params *gp, struct st_session_stats *st)
+{
+    struct st_error e;
+    if (st_session_rewind(r->s, gp, &e)) goto fail;
+    int32_t buf[64];
+    enum st_finish fin = ST_FINISH_NONE;
+    while (fin == ST_FINISH_NONE)
+        if (st_session_round(r->s, buf, 64, &fin, &e) < 0) goto fail;
+    *st = *st_session_stats(r->s);
+    return 0;
+fail:
+    fprintf(stderr, "subternary bench: %s\n", e.msg);
+    return -1;
+}
+
+FILE *st_bench_csv(const char *dir, const char *name)
+{
+    char path[1024];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s.csv", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "subternary bench: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+void st_bench_plot(const char *dir, const char *name, const char *script)
+{
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "(gnuplot not installed: no %s/%s.png; `make deps` installs it)\n", dir, name);
+        return;
+    }
+    char path[1024], cmd[2300];
+    snprintf(path, sizeof path, "%s/%s.gp", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "set terminal pngcairo size 900,560 noenhanced\nset output '%s/%s.png'\nset datafile separator ','\n"
+               "set key outside right\nset grid\n%s\n", dir, name, script);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null || gnuplot -e \"set terminal png\" '%s' >/dev/null 2>&1", path, path);
+    if (system(cmd) == 0) fprintf(stderr, "plot: %s/%s.png\n", dir, name);
+}
+
+int st_bench_parse_list(const char *s, uint32_t *v, int cap)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || n >= cap) return -1;
+        v[n++] = (uint32_t)x;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+void st_bench_common_defaults(struct st_bench_common *c)
+{
+    memset(c, 0, sizeof *c);
+    c->o.target = "models/demo-target.q8_0.gguf";
+    c->o.draft = "models/demo-draft.q4_0.gguf";
+    c->n_tokens = 128;
+    c->runs = 5;
+    c->results = "results";
+}
+
+int st_bench_common_opt(int argc, char **argv, int *i, struct st_bench_common *c)
+{
+    const char *o = argv[*i];
+    bool has = *i + 1 < argc;
+    if (!strcmp(o, "--quick")) {
+        c->quick = true;
+        return 1;
+    }
+    const char *keys[] = {"-m", "-d", "-p", "--tokens", "--prompt-len", "-n", "--runs", "--results", "--cpus",
+                          "--nodes", "--workers", "--ctx", NULL};
+    int k = 0;
+    while (keys[k] && strcmp(o, keys[k])) k++;
+    if (!keys[k]) return 0;
+    if (!has) {
+        fprintf(stderr, "subternary bench: %s needs a value\n", o);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    switch (k) {
+    case 0: c->o.target = v; break;
+    case 1: c->o.draft = v; break;
+    case 2: c->o.prompt_text = v; break;
+    case 3: c->o.prompt_ids = v; break;
+    case 4: c->o.prompt_len = (uint32_t)atoi(v); break;
+    case 5: c->n_tokens = (uint32_t)atoi(v); break;
+    case 6: c->runs = atoi(v); break;
+    case 7: c->results = v; break;
+    case 8: c->o.cpus = v; break;
+    case 9: c->o.n_nodes = (uint32_t)atoi(v); break;
+    case 10: c->o.workers = (uint32_t)atoi(v); break;
+    case 11: c->o.n_ctx = (uint32_t)atoi(v); break;
+    }
+    if (c->runs < 1 || c->runs > ST_BENCH_MAX_RUNS || c->n_tokens < 1) {
+        fprintf(stderr, "subternary bench: --runs 1..%d and -n >= 1\n", ST_BENCH_MAX_RUNS);
+        return -1;
+    }
+    return 1;
+}

@@ -1,0 +1,67 @@
+// Shared pieces of the benchmark suites: statistics over repeated runs, a
+// prefilled session that is rewound between runs (so runs alternate and
+// compare the same work), CSV files and gnuplot plots in the results folder.
+#ifndef ST_CLI_BENCH_UTIL_H
+#define ST_CLI_BENCH_UTIL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "coordinator/engine.h"
+#include "coordinator/session.h"
+
+#define ST_BENCH_MAX_RUNS 64
+
+struct st_bench_stat {
+    double v[ST_BENCH_MAX_RUNS];
+    int n;
+};
+void st_bench_add(struct st_bench_stat *s, double v);
+double st_bench_mean(const struct st_bench_stat *s);
+double st_bench_std(const struct st_bench_stat *s);
+
+// An engine with a prefilled session over a prompt.
+struct st_bench_rig {
+    struct st_engine *eng;
+    struct st_session *s;
+    void *zctx;
+    char dir[512];
+    char exe[1024];
+};
+
+struct st_bench_opts {
+    const char *target, *draft;
+    const char *prompt_text;   // or
+    const char *prompt_ids;
+    uint32_t prompt_len;       // > 0: a synthetic prompt of this many ids
+    uint32_t n_ctx;
+    const char *cpus;
+    uint32_t n_nodes, workers;
+};
+
+int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);
+void st_bench_rig_close(struct st_bench_rig *r);
+// One generation from the prefilled prompt; fills *st.  Returns 0 or -1.
+int st_bench_rig_run(struct st_bench_rig *r, const struct st_gen_params *gp, struct st_session_stats *st);
+
+// results/NAME.csv opened for writing (the folder is created); NULL on error.
+FILE *st_bench_csv(const char *dir, const char *name);
+// Draws a PNG with gnuplot from a script body, if gnuplot is installed.
+void st_bench_plot(const char *dir, const char *name, const char *script);
+
+// Parses "1,2,4" into values (at most cap); returns the count or -1.
+int st_bench_parse_list(const char *s, uint32_t *v, int cap);
+
+// Common options: -m -d -p --tokens --prompt-len -n --runs --results --quick
+// --cpus --nodes --workers --ctx.  Returns 1 if argv[*i] was one, 0 if not, -1 on error.
+struct st_bench_common {
+    struct st_bench_opts o;
+    uint32_t n_tokens;
+    int runs;
+    const char *results;
+    bool quick;
+};
+void st_bench_common_defaults(struct st_bench_common *c);
+int st_bench_common_opt(int argc, char **argv, int *i, struct st_bench_common *c);
+
+#endif
