@@ -20,7 +20,7 @@ struct st_session {
     bool prefilled;
     bool drafting;            // governor state
     uint32_t rounds_since_probe;
-    float window[ST_GOVERNOR_WINDOW];
+    uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
     uint32_t n_window;
     double ema_accept;        // per-token acceptance estimate
     double ema_ar;            // seconds of a target-only step
@@ -193,22 +193,26 @@ static uint32_t choose_k(struct st_session *s, uint32_t room)
     return best;
 }
 
-static void governor_update(struct st_session *s, uint32_t K, uint32_t m)
+// The governor: acceptance (accepted / drafted) over the last rounds.  Below
+// the threshold drafting is suspended; every 16 target-only steps one probe
+// round measures the draft again, and drafting resumes if the probe alone
+// reaches the threshold.
+static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool probe)
 {
-    float a = K ? (float)m / K : 0;
-    s->window[s->n_window++ % ST_GOVERNOR_WINDOW] = a;
     // Per-token acceptance: m successes, then one failure unless all passed.
     double a_hat = (double)m / (m + (m < K ? 1 : 0) + 1e-9);
     s->ema_accept = 0.8 * s->ema_accept + 0.2 * a_hat;
+    if (probe) s->n_window = 0; // a probe starts a new window
+    s->win_acc[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)m;
+    s->win_k[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)K;
+    s->n_window++;
     if (!s->gp.governor) return;
-    uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW;
-    if (n < 2) return; // two rounds are enough to see a collapse
-    float mean = 0;
-    for (uint32_t i = 0; i < n; i++) mean += s->window[i];
-    mean /= n;
-    bool was = s->drafting;
-    s->drafting = mean >= s->gp.governor_threshold;
-    if (was && !s->drafting) s->rounds_since_probe = 0;
+    uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW, acc = 0, drafted = 0;
+    for (uint32_t i = 0; i < n; i++) acc += s->win_acc[i], drafted += s->win_k[i];
+    bool pays = acc >= s->gp.governor_threshold * drafted;
+    if (probe) s->drafting = pays;
+    else if (n >= 3 && !pays) s->drafting = false; // three rounds are enough to see a collapse
+    if (!s->drafting) s->rounds_since_probe = 0;
 }
 
 static bool ends_with_stop(struct st_session *s)
@@ -274,8 +278,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         return 0;
     }
     bool greedy = st_sampling_greedy(&s->gp.sampling);
-    bool spec = s->gp.speculate && (s->drafting || ++s->rounds_since_probe >= 16);
-    if (spec && !s->drafting) s->rounds_since_probe = 0; // this round is a probe
+    bool probe = s->gp.speculate && !s->drafting && ++s->rounds_since_probe >= 16;
+    bool spec = s->gp.speculate && (s->drafting || probe);
     uint32_t K = spec ? choose_k(s, room) : 0;
     if (K == 0) spec = false;
     uint64_t seed = mix(s->gp.seed, s->st.rounds + ((uint64_t)s->id << 32));
@@ -351,7 +355,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.draft_seconds += dt; // fused round: draft and verify together
         if (s->ema_round[K] <= 0) s->ema_round[K] = dt;
         else s->ema_round[K] = 0.7 * s->ema_round[K] + 0.3 * dt;
-        governor_update(s, K, m);
+        governor_update(s, K, m, probe);
     } else {
         s->st.verify_seconds += dt;
         s->ema_ar = s->ema_ar > 0 ? 0.7 * s->ema_ar + 0.3 * dt : dt;
