@@ -29,10 +29,14 @@ struct rank {
     uint64_t died_ns;
 };
 
+// r[SPARE] is the hot spare, outside the set's ranks.
+#define SPARE ST_SET_MAX_RANKS
+
 struct st_pool {
     struct st_pool_config cfg;
     void *router;
-    struct rank r[ST_SET_MAX_RANKS];
+    struct rank r[ST_SET_MAX_RANKS + 1];
+    uint32_t spare_id;           // identity "s<id>" of the current spare
     uint64_t step_seq;
     uint64_t restarts;
     double last_replace_s;
@@ -55,25 +59,36 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int spawn(struct st_pool *p, uint32_t i, struct st_error *e)
+// Slot before fork: reserved now, active once the worker has attached.
+static void reserve_slot(struct st_pool *p, uint32_t i)
 {
     struct st_rank_slot *slot = &p->cfg.ctl->ranks[i];
-    // Slot before fork: reserved now, active once the worker has attached.
     atomic_store(&slot->state, ST_RANK_RESERVED);
     atomic_store(&slot->pid, 0);
     atomic_store(&slot->cpu, (uint32_t)p->cfg.cpus[i]);
     atomic_fetch_add(&slot->generation, 1);
+}
+
+static int spawn(struct st_pool *p, uint32_t i, struct st_error *e)
+{
     char fd[16], rank[16], node[16], cpu[16], parent[16];
+    if (i == SPARE) {
+        p->spare_id++;
+        snprintf(rank, sizeof rank, "%u", p->spare_id);
+        snprintf(cpu, sizeof cpu, "-1");
+    } else {
+        reserve_slot(p, i);
+        snprintf(rank, sizeof rank, "%u", i);
+        snprintf(cpu, sizeof cpu, "%d", p->cfg.cpus[i]);
+    }
     snprintf(fd, sizeof fd, "%d", p->cfg.region_fd);
-    snprintf(rank, sizeof rank, "%u", i);
     snprintf(node, sizeof node, "%u", p->cfg.node);
-    snprintf(cpu, sizeof cpu, "%d", p->cfg.cpus[i]);
     snprintf(parent, sizeof parent, "%d", (int)getpid());
     pid_t pid = fork();
     if (pid < 0) return st_error_set(e, "fork(worker %u): %s", i, strerror(errno));
     if (pid == 0) {
-        char *argv[] = {"subternary", "worker", "--region-fd", fd, "--rank", rank, "--node", node, "--cpu", cpu,
-                        "--parent", parent, "--endpoint", (char *)p->cfg.endpoint, NULL};
+        char *argv[] = {"subternary", "worker", "--region-fd", fd, i == SPARE ? "--spare" : "--rank", rank, "--node", node,
+                        "--cpu", cpu, "--parent", parent, "--endpoint", (char *)p->cfg.endpoint, NULL};
         execv(p->cfg.exe, argv);
         _exit(127);
     }
@@ -102,15 +117,17 @@ static void reap(struct st_pool *p, uint32_t i)
     r->status = RANK_DOWN;
 }
 
-static int rank_of(const struct st_wire_msg *m)
+// "w<rank>" -> rank; "s<id>" of the current spare -> SPARE; else -1.
+static int rank_of(const struct st_pool *p, const struct st_wire_msg *m)
 {
-    if (m->identity_len < 2 || m->identity[0] != 'w') return -1;
-    int v = 0;
+    if (m->identity_len < 2 || m->identity_len > 10 || (m->identity[0] != 'w' && m->identity[0] != 's')) return -1;
+    uint32_t v = 0;
     for (size_t i = 1; i < m->identity_len; i++) {
         if (m->identity[i] < '0' || m->identity[i] > '9') return -1;
-        v = v * 10 + (m->identity[i] - '0');
+        v = v * 10 + (uint32_t)(m->identity[i] - '0');
     }
-    return v;
+    if (m->identity[0] == 's') return v == p->spare_id ? SPARE : -1;
+    return v < p->cfg.n_ranks ? (int)v : -1;
 }
 
 // Handles one message from a worker; step results go to the ranks' flags.
@@ -118,8 +135,8 @@ static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_resul
 {
     struct st_wire_msg m;
     if (st_wire_recv(p->router, true, &m, ZMQ_DONTWAIT)) return;
-    int i = rank_of(&m);
-    Subternary__WorkerMsg *wm = m.shape_ok && m.version_ok && i >= 0 && (uint32_t)i < p->cfg.n_ranks
+    int i = rank_of(p, &m);
+    Subternary__WorkerMsg *wm = m.shape_ok && m.version_ok && i >= 0
                                     ? subternary__worker_msg__unpack(NULL, m.payload_len, m.payload)
                                     : NULL;
     st_wire_msg_clear(&m);
@@ -129,7 +146,7 @@ static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_resul
     if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_HELLO) {
         if (wm->hello->error && wm->hello->error[0]) {
             if (err) snprintf(err, errcap, "worker %d: %s", i, wm->hello->error);
-        } else if (wm->hello->pid == r->pid) {
+        } else if (wm->hello->pid == r->pid && wm->hello->spare == (i == SPARE)) {
             r->status = RANK_READY;
         }
     } else if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_DONE && wm->done->step_id == step_id && step_id) {
@@ -158,8 +175,8 @@ static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_resul
 static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struct st_step_result *res, char *err,
                       size_t errcap)
 {
-    zmq_pollitem_t items[ST_SET_MAX_RANKS + 2];
-    int map[ST_SET_MAX_RANKS + 2], n = 0;
+    zmq_pollitem_t items[ST_SET_MAX_RANKS + 3];
+    int map[ST_SET_MAX_RANKS + 3], n = 0;
     items[n] = (zmq_pollitem_t){p->router, 0, ZMQ_POLLIN, 0};
     map[n++] = -1;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
@@ -167,6 +184,10 @@ static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struc
             items[n] = (zmq_pollitem_t){NULL, p->r[i].pidfd, ZMQ_POLLIN, 0};
             map[n++] = (int)i;
         }
+    if (p->r[SPARE].pidfd >= 0) {
+        items[n] = (zmq_pollitem_t){NULL, p->r[SPARE].pidfd, ZMQ_POLLIN, 0};
+        map[n++] = SPARE;
+    }
     int extra_at = -1;
     if (p->extra && p->idle) {
         extra_at = n;
@@ -199,11 +220,41 @@ static bool all_ready(const struct st_pool *p)
     return true;
 }
 
-// Starts every rank that is down and waits until the whole set said hello.
+static int send_assign(struct st_pool *p, uint32_t i)
+{
+    Subternary__WorkerMsg msg = SUBTERNARY__WORKER_MSG__INIT;
+    Subternary__Assign as = SUBTERNARY__ASSIGN__INIT;
+    as.rank = i;
+    as.cpu = p->cfg.cpus[i];
+    msg.msg_case = SUBTERNARY__WORKER_MSG__MSG_ASSIGN;
+    msg.assign = &as;
+    char id[16];
+    int n = snprintf(id, sizeof id, "s%u", p->spare_id);
+    return st_wire_send(p->router, id, (size_t)n, &msg.base, ZMQ_DONTWAIT);
+}
+
+// Rank i is down: hand its place to the ready spare, or start a process.
+static int replace(struct st_pool *p, uint32_t i, struct st_error *e)
+{
+    struct rank *s = &p->r[SPARE];
+    if (s->status == RANK_READY) {
+        reserve_slot(p, i);
+        if (send_assign(p, i) == 0) {
+            p->r[i] = (struct rank){.pid = s->pid, .pidfd = s->pidfd, .status = RANK_STARTING, .last_seen_ns = now_ns()};
+            *s = (struct rank){.pidfd = -1, .status = RANK_DOWN};
+            return 0;
+        }
+        reap(p, SPARE);
+    }
+    return spawn(p, i, e);
+}
+
+// Starts every rank that is down and waits until the whole set said hello;
+// then starts a new spare if the set has none (not waited for).
 static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
 {
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
-        if (p->r[i].status == RANK_DOWN && spawn(p, i, e)) return -1;
+        if (p->r[i].status == RANK_DOWN && replace(p, i, e)) return -1;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
     char err[512] = "";
     uint32_t retries = 0;
@@ -223,6 +274,11 @@ static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
             }
         if (now_ns() > deadline) return st_error_set(e, "worker set %u: not ready within %u ms", p->cfg.node, timeout_ms);
     }
+    if (!p->cfg.no_spare && p->r[SPARE].status == RANK_DOWN) {
+        if (p->r[SPARE].pid > 0 || p->r[SPARE].pidfd >= 0) reap(p, SPARE);
+        p->r[SPARE].dead = false;
+        if (spawn(p, SPARE, e)) return -1;
+    }
     return 0;
 }
 
@@ -236,7 +292,7 @@ int st_pool_start(const struct st_pool_config *cfg, void *zctx, struct st_pool *
     p->cfg = *cfg;
     if (!p->cfg.hang_ms) p->cfg.hang_ms = 5000;
     if (!p->cfg.start_timeout_ms) p->cfg.start_timeout_ms = 60000;
-    for (uint32_t i = 0; i < ST_SET_MAX_RANKS; i++) p->r[i].pidfd = -1;
+    for (uint32_t i = 0; i <= SPARE; i++) p->r[i].pidfd = -1;
     p->router = zmq_socket(zctx, ZMQ_ROUTER);
     int one = 1, zero = 0;
     zmq_setsockopt(p->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -285,6 +341,7 @@ void st_pool_stop(struct st_pool **pp)
         }
         reap(p, i);
     }
+    reap(p, SPARE);
     zmq_close(p->router);
     free(p);
     *pp = NULL;
@@ -402,6 +459,12 @@ void st_pool_service(struct st_pool *p, int timeout_ms)
             p->restarts++;
             any = true;
         }
+    }
+    if (!any && !p->cfg.no_spare && p->r[SPARE].status == RANK_DOWN) { // the spare died: start another
+        struct st_error e;
+        if (p->r[SPARE].pid > 0 || p->r[SPARE].pidfd >= 0) reap(p, SPARE);
+        p->r[SPARE].dead = false;
+        if (spawn(p, SPARE, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
     }
     if (any) {
         struct st_error e;

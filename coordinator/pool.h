@@ -3,7 +3,9 @@
 // ROUTER socket, watches each through a pidfd and a liveness check, and on a
 // death or a hang aborts the set's barrier, starts a replacement on the same
 // CPU (it attaches the region: no model reload) and replays the step from
-// the committed state with the same seed.  A step that kills workers three
+// the committed state with the same seed.  A hot spare process, attached and
+// with its plans built, waits beside the set: a replacement is an Assign
+// message to it, not a process start.  A step that kills workers three
 // times in a row fails alone.
 #ifndef ST_COORDINATOR_POOL_H
 #define ST_COORDINATOR_POOL_H
@@ -29,6 +31,7 @@ struct st_pool_config {
     struct st_set_control *ctl; // in the region's control section
     uint32_t hang_ms;           // no liveness progress for this long: hung (0: 5000)
     uint32_t start_timeout_ms;  // hello from every rank within (0: 60000)
+    bool no_spare;              // no hot spare (a replacement is then exec'd on demand)
 };
 
 struct st_step_result {

@@ -22,6 +22,8 @@
 struct args {
     int fd;
     uint32_t rank, node;
+    bool spare;        // a hot spare: attach and wait for an Assign
+    uint32_t spare_id;
     int cpu;
     pid_t parent;
     const char *endpoint;
@@ -40,6 +42,7 @@ static int parse(int argc, char **argv, struct args *a)
         else if (!strcmp(k, "--cpu")) a->cpu = atoi(v);
         else if (!strcmp(k, "--parent")) a->parent = (pid_t)atoi(v);
         else if (!strcmp(k, "--endpoint")) a->endpoint = v;
+        else if (!strcmp(k, "--spare")) a->spare = true, a->spare_id = (uint32_t)atoi(v);
         else return -1;
     }
     return a->fd >= 0 && a->endpoint && a->rank < ST_SET_MAX_RANKS ? 0 : -1;
@@ -83,7 +86,8 @@ static void send_hello(void *sock, const struct args *a, uint64_t check, const c
     Subternary__WorkerMsg msg = SUBTERNARY__WORKER_MSG__INIT;
     Subternary__Hello h = SUBTERNARY__HELLO__INIT;
     h.node = a->node;
-    h.rank = a->rank;
+    h.rank = a->spare ? a->spare_id : a->rank;
+    h.spare = a->spare;
     h.pid = getpid();
     h.region_check = check;
     h.error = (char *)(err ? err : "");
@@ -104,6 +108,45 @@ static void send_heartbeat(void *sock, uint32_t rank)
 }
 
 // Attaches the region and builds the plan; on failure e says why.
+static int build_plan(const struct args *a, struct st_region *r, struct st_set_control *ctl, struct st_kv *kv,
+                      struct st_plan *p, struct st_error *e)
+{
+    uint64_t cbytes, sbytes, wbytes;
+    uint8_t *c = st_region_section(r, ST_REGION_CONTROL, &cbytes);
+    void *s = st_region_section(r, ST_REGION_SCRATCH, &sbytes);
+    const void *w = st_region_section(r, ST_REGION_WEIGHTS, &wbytes);
+    const struct st_scratch_layout *sl = (const void *)(c + sizeof *ctl);
+    if (a->rank >= ctl->n_ranks) return st_error_set(e, "rank %u: the set has %u ranks", a->rank, ctl->n_ranks);
+    st_plan_free(p);
+    if (st_plan_build(p, w, wbytes, s, sbytes, sl, kv, &ctl->barrier, a->rank, e)) return -1;
+    p->slot = &ctl->ranks[a->rank];
+    return 0;
+}
+
+static void pin(int cpu)
+{
+    if (cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set); // best effort: cgroups may forbid it
+}
+
+static void *open_socket(void *zctx, const struct args *a)
+{
+    void *sock = zmq_socket(zctx, ZMQ_DEALER);
+    char id[32];
+    int n = a->spare ? snprintf(id, sizeof id, "s%u", a->spare_id) : snprintf(id, sizeof id, "w%u", a->rank), zero = 0;
+    zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, (size_t)n);
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(sock, a->endpoint)) {
+        fprintf(stderr, "worker %s: zmq_connect(%s): %s\n", id, a->endpoint, zmq_strerror(errno));
+        zmq_close(sock);
+        return NULL;
+    }
+    return sock;
+}
+
 static int setup(const struct args *a, struct st_region **r, struct st_set_control **ctl, struct st_kv *kv,
                  struct st_plan *p, struct st_error *e)
 {
@@ -114,31 +157,26 @@ static int setup(const struct args *a, struct st_region **r, struct st_set_contr
     void *s = st_region_section(*r, ST_REGION_SCRATCH, &sbytes);
     const void *w = st_region_section(*r, ST_REGION_WEIGHTS, &wbytes);
     *ctl = (struct st_set_control *)c;
-    if (cbytes < sizeof **ctl + sizeof(struct st_scratch_layout) || (*ctl)->magic != ST_SET_MAGIC ||
-        a->rank >= (*ctl)->n_ranks)
+    if (cbytes < sizeof **ctl + sizeof(struct st_scratch_layout) || (*ctl)->magic != ST_SET_MAGIC)
         return st_error_set(e, "region control section has no worker set for rank %u", a->rank);
-    const struct st_scratch_layout *sl = (const void *)(c + sizeof **ctl);
+    (void)s;
+    (void)w;
     if (st_kv_open(kv, k, kbytes, e)) return -1;
-    return st_plan_build(p, w, wbytes, s, sbytes, sl, kv, &(*ctl)->barrier, a->rank, e);
+    return build_plan(a, *r, *ctl, kv, p, e);
 }
 
 int st_worker_main(int argc, char **argv)
 {
     struct args a;
     if (parse(argc, argv, &a)) {
-        fprintf(stderr, "usage: subternary worker --region-fd FD --rank R --node N --cpu C --parent PID "
+        fprintf(stderr, "usage: subternary worker --region-fd FD (--rank R --cpu C | --spare ID) --node N --parent PID "
                         "--endpoint ENDPOINT (started by the coordinator)\n");
         return ST_WORKER_EXIT_USAGE;
     }
     // Die with the coordinator; if it is already gone, leave now.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (a.parent && getppid() != a.parent) return ST_WORKER_EXIT_OK;
-    if (a.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(a.cpu, &set);
-        sched_setaffinity(0, sizeof set, &set); // best effort: cgroups may forbid it
-    }
+    if (!a.spare) pin(a.cpu);
     if (numa_available() >= 0) numa_set_localalloc();
     st_kern_init();
 
@@ -151,15 +189,8 @@ int st_worker_main(int argc, char **argv)
     int setup_rc = setup(&a, &r, &ctl, &kv, &plan, &e);
 
     void *zctx = zmq_ctx_new();
-    void *sock = zmq_socket(zctx, ZMQ_DEALER);
-    char id[32];
-    int n = snprintf(id, sizeof id, "w%u", a.rank), zero = 0;
-    zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, (size_t)n);
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    if (zmq_connect(sock, a.endpoint)) {
-        fprintf(stderr, "worker %u: zmq_connect(%s): %s\n", a.rank, a.endpoint, zmq_strerror(errno));
-        return ST_WORKER_EXIT_NO_RESPAWN;
-    }
+    void *sock = open_socket(zctx, &a);
+    if (!sock) return ST_WORKER_EXIT_NO_RESPAWN;
     if (setup_rc) {
         send_hello(sock, &a, 0, e.msg);
         fprintf(stderr, "worker %u: %s\n", a.rank, e.msg);
@@ -167,10 +198,12 @@ int st_worker_main(int argc, char **argv)
         zmq_ctx_term(zctx);
         return ST_WORKER_EXIT_NO_RESPAWN;
     }
-    struct st_rank_slot *slot = &ctl->ranks[a.rank];
-    plan.slot = slot;
-    atomic_store(&slot->pid, (int32_t)getpid());
-    atomic_store(&slot->state, ST_RANK_ACTIVE);
+    struct st_rank_slot *slot = NULL;
+    if (!a.spare) {
+        slot = plan.slot;
+        atomic_store(&slot->pid, (int32_t)getpid());
+        atomic_store(&slot->state, ST_RANK_ACTIVE);
+    }
     send_hello(sock, &a, st_region_header(r)->checksum, NULL);
 
     int rc = ST_WORKER_EXIT_OK;
@@ -188,7 +221,28 @@ int st_worker_main(int argc, char **argv)
                                             : NULL;
             st_wire_msg_clear(&m);
             if (!wm) continue;
-            if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_STEP) {
+            if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_ASSIGN && a.spare) {
+                // Become a rank: pin, re-point the plan, reconnect under the
+                // rank's identity and say hello as it.
+                a.spare = false;
+                a.rank = wm->assign->rank;
+                a.cpu = wm->assign->cpu;
+                subternary__worker_msg__free_unpacked(wm, NULL);
+                pin(a.cpu);
+                zmq_close(sock);
+                if (build_plan(&a, r, ctl, &kv, &plan, &e) || !(sock = open_socket(zctx, &a))) {
+                    fprintf(stderr, "worker %u: %s\n", a.rank, e.msg);
+                    rc = ST_WORKER_EXIT_NO_RESPAWN;
+                    break;
+                }
+                slot = plan.slot;
+                atomic_store(&slot->pid, (int32_t)getpid());
+                atomic_store(&slot->state, ST_RANK_ACTIVE);
+                send_hello(sock, &a, st_region_header(r)->checksum, NULL);
+                last_sent = st_shm_now_ns();
+                continue;
+            }
+            if (wm->msg_case == SUBTERNARY__WORKER_MSG__MSG_STEP && !a.spare) {
                 const Subternary__StepCommand *c = wm->step;
                 if (c->kind == SUBTERNARY__STEP_KIND__STEP_SHUTDOWN) {
                     subternary__worker_msg__free_unpacked(wm, NULL);
@@ -209,11 +263,11 @@ int st_worker_main(int argc, char **argv)
             subternary__worker_msg__free_unpacked(wm, NULL);
         }
         if (st_shm_now_ns() - last_sent >= ST_WORKER_HEARTBEAT_MS * 1000000ull) {
-            send_heartbeat(sock, a.rank);
+            send_heartbeat(sock, a.spare ? a.spare_id : a.rank);
             last_sent = st_shm_now_ns();
         }
     }
-    atomic_store(&slot->state, ST_RANK_EXITED);
+    if (slot) atomic_store(&slot->state, ST_RANK_EXITED);
     st_plan_free(&plan);
     zmq_close(sock);
     zmq_ctx_term(zctx);
