@@ -104,7 +104,12 @@ static int open_node(struct st_engine *eng, struct st_engine_node *nd, int32_t m
     nd->ctl->magic = ST_SET_MAGIC;
     nd->ctl->n_ranks = nd->n_cpus;
     nd->ctl->node = nd->index;
-    st_barrier_init(&nd->ctl->barrier, nd->n_cpus, ST_BARRIER_DEFAULT_SPIN_NS);
+    // More ranks than CPUs: a spinning rank would only keep a runnable one
+    // off its CPU, so sleep at once.
+    bool oversubscribed = false;
+    for (uint32_t a = 0; a < nd->n_cpus && !oversubscribed; a++)
+        for (uint32_t b = a + 1; b < nd->n_cpus; b++) oversubscribed |= nd->cpus[a] == nd->cpus[b];
+    st_barrier_init(&nd->ctl->barrier, nd->n_cpus, oversubscribed ? 0 : ST_BARRIER_DEFAULT_SPIN_NS);
     memcpy(c + sizeof *nd->ctl, &nd->sl, sizeof nd->sl);
     return st_kv_init(&nd->kv, kv, kbytes, &kc, e);
 }

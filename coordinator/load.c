@@ -264,8 +264,11 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
             for (; b < p->n_jobs; b++) {
                 const struct job *jb = &p->jobs[b];
                 bool mine = jb->model == i && jb->dst->run_type != jb->dst->gguf_type;
-                if (mine && staged && staged + jb->t->n_bytes > STAGING_BYTES) break;
-                if (mine) staged += (jb->t->n_bytes + 4095) / 4096 * 4096;
+                // Each tensor gets its own 4 KiB-aligned room plus the file
+                // offset's position in its page, so O_DIRECT can read it.
+                uint64_t room = (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096;
+                if (mine && staged && staged + room > STAGING_BYTES) break;
+                if (mine) staged += room;
             }
             if (!staged) {
                 a = b;
@@ -280,9 +283,10 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
                 const struct job *jb = &p->jobs[j];
                 src[j - a] = NULL;
                 if (jb->model != i || jb->dst->run_type == jb->dst->gguf_type) continue;
-                src[j - a] = staging + off;
-                sr[ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, staging + off};
-                off += (jb->t->n_bytes + 4095) / 4096 * 4096;
+                uint8_t *at = staging + off + jb->file_offset % 4096;
+                src[j - a] = at;
+                sr[ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, at};
+                off += (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096;
             }
             tr = now_s();
             if (st_uring_read(p->paths[i], sr, ns, &uo, &us, e)) goto out;
