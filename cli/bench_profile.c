@@ -90,6 +90,18 @@ int st_bench_profile(int argc, char **argv)
     printf("%-7s %-12s %6.1f%% %9.3f %7s  %s\n", "-", "coordinator", 100 * (other > 0 ? other : 0) / st.seconds,
            1e3 * (other > 0 ? other : 0) / st.tokens, "", "step messages, acceptance, commit (outside the workers)");
     printf("token time %.3f ms (%.2f tokens/s)\n", 1e3 * st.seconds / st.tokens, st.tokens / st.seconds);
+    // The machinery's own cost: a no-op step's round trip, and a barrier.
+    double rtt, many;
+    struct st_error e;
+    if (st_engine_ping(rig.eng, 0, 200, 1, &rtt, &e) || st_engine_ping(rig.eng, 0, 20, 1001, &many, &e)) {
+        fprintf(stderr, "ping: %s\n", e.msg);
+    } else {
+        double bar = (many - rtt) / 1000, per_token = (st.steps * rtt + st.barriers * bar) / st.tokens;
+        printf("machinery: step round trip %.1f us, barrier %.2f us, %.1f barriers and %.2f steps per token: "
+               "%.3f ms per token = %.2f%% of the token time\n",
+               rtt * 1e6, bar * 1e6, (double)st.barriers / st.tokens, (double)st.steps / st.tokens, per_token * 1e3,
+               100 * per_token / (st.seconds / st.tokens));
+    }
     fclose(csv);
     st_bench_rig_close(&rig);
     return 0;

@@ -268,13 +268,15 @@ void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, u
 
 uint64_t st_engine_steps(const struct st_engine *eng) { return st_pool_steps(eng->node[0].pool); }
 
-int st_engine_ping(struct st_engine *eng, uint32_t node, uint32_t n, double *seconds, struct st_error *e)
+int st_engine_ping(struct st_engine *eng, uint32_t node, uint32_t n, uint32_t barriers, double *seconds,
+                   struct st_error *e)
 {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     for (uint32_t i = 0; i < n; i++) {
         Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
         cmd.kind = SUBTERNARY__STEP_KIND__STEP_PING;
+        cmd.k = barriers;
         struct st_step_result res;
         if (st_engine_step(eng, node, &cmd, &res, e)) return -1;
     }

@@ -69,9 +69,10 @@ void st_engine_close(struct st_engine **eng);
 int st_engine_step(struct st_engine *eng, uint32_t node, Subternary__StepCommand *cmd, struct st_step_result *res,
                    struct st_error *e);
 
-// Mean round trip of a no-op step (coordinator -> every rank, one barrier,
-// -> coordinator) over n steps, in seconds.
-int st_engine_ping(struct st_engine *eng, uint32_t node, uint32_t n, double *seconds, struct st_error *e);
+// Mean round trip of a no-op step (coordinator -> every rank, `barriers`
+// barriers, -> coordinator) over n steps, in seconds.
+int st_engine_ping(struct st_engine *eng, uint32_t node, uint32_t n, uint32_t barriers, double *seconds,
+                   struct st_error *e);
 
 // Total workers and ready ones, restarts.
 uint32_t st_engine_workers(const struct st_engine *eng, uint32_t *ready);

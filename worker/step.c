@@ -113,7 +113,10 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
     case SUBTERNARY__STEP_KIND__STEP_PREFILL: rc = prefill(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_DRAFT: rc = draft(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_VERIFY: rc = verify(p, c, (uint32_t)c->n_tokens, c->tokens); break;
-    case SUBTERNARY__STEP_KIND__STEP_PING: rc = st_plan_sync(p); break;
+    case SUBTERNARY__STEP_KIND__STEP_PING:
+        rc = 0;
+        for (uint32_t i = 0; i < (c->k ? c->k : 1) && !rc; i++) rc = st_plan_sync(p);
+        break;
     case SUBTERNARY__STEP_KIND__STEP_ROUND:
         rc = draft(p, c);
         if (!rc) rc = verify(p, c, c->k, p->draft_tokens);
