@@ -144,6 +144,46 @@ static void test_governor(void **state)
     }
 }
 
+// The context limit stops a generation cleanly, speculative or not, with the
+// same tokens, and a prompt that leaves no room is a clear error.
+static void test_context_limit(void **state)
+{
+    (void)state;
+    const struct st_golden_row *r = prompt_row("p102");
+    struct st_test_engine t;
+    assert_int_equal(st_test_engine_open(&t, "models/pico-target.q8_0.gguf", "models/pico-draft.q4_0.gguf", 2, 1, 1), 0);
+    struct st_gen_params gp = {.max_tokens = 100000, .speculate = true, .governor = true, .k = 8};
+    struct st_session *s;
+    struct st_error e;
+    assert_int_equal(st_session_start(t.eng, &gp, r->prompt_ids, r->n_prompt, ++t.eng->next_session, &s, &e), 0);
+    uint32_t room = t.eng->n_ctx - r->n_prompt;
+    int32_t *ar = malloc(room * sizeof *ar), *sp = malloc(room * sizeof *sp);
+    uint32_t n_ar, n_sp;
+    for (int spec = 0; spec < 2; spec++) {
+        gp.speculate = spec;
+        assert_int_equal(st_session_rewind(s, &gp, &e), 0);
+        int32_t buf[64];
+        enum st_finish fin = ST_FINISH_NONE;
+        while (fin == ST_FINISH_NONE) assert_true(st_session_round(s, buf, 64, &fin, &e) >= 0);
+        assert_int_equal(fin, ST_FINISH_CONTEXT);
+        const int32_t *o = st_session_output(s, spec ? &n_sp : &n_ar);
+        memcpy(spec ? sp : ar, o, (spec ? n_sp : n_ar) * sizeof *o);
+    }
+    assert_int_equal(n_ar, room);
+    assert_int_equal(n_sp, n_ar);
+    assert_memory_equal(sp, ar, n_ar * sizeof *ar);
+    printf("  context %u: both stopped cleanly after %u tokens, identical\n", t.eng->n_ctx, n_ar);
+    st_session_end(&s);
+    // A prompt as long as the context leaves no room: an error, not an overrun.
+    int32_t *long_prompt = calloc(t.eng->n_ctx, sizeof *long_prompt);
+    assert_int_equal(st_session_start(t.eng, &gp, long_prompt, t.eng->n_ctx, ++t.eng->next_session, &s, &e), -1);
+    assert_non_null(strstr(e.msg, "does not fit the context"));
+    free(long_prompt);
+    free(ar);
+    free(sp);
+    st_test_engine_close(&t);
+}
+
 int main(void)
 {
     n_rows = st_golden_load(&rows);
@@ -151,6 +191,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equality),
         cmocka_unit_test(test_governor),
+        cmocka_unit_test(test_context_limit),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(rows);
