@@ -1,12 +1,16 @@
 // `subternary bench kernels` (see cli/bench_kernels.h).
 //
 // Every measurement streams more than 4x the last-level cache of weight
-// bytes, cycling over copies of the matrix that together exceed twice the
-// LLC, so the figures are memory figures (as a model's layers are).  T
+// bytes, cycling over copies of the matrix that together exceed 4x the LLC
+// (the vCPUs of a VM may sit on different LLC slices), so the figures are
+// memory figures, as a model's layers are.  T
 // threads each take an equal share of the rows (whole 8-row groups) and meet
-// at a barrier after every product, as the ranks of a worker set do.
+// at a barrier after every product, as the ranks of a worker set do
+// (--dynamic: rows claimed in chunks from a shared counter instead, as the
+// worker sets do, so that a thread slowed by a neighbour costs less).
 // Activations are quantised before timing.  Each figure is the best of
-// --trials runs: the machine may be shared.
+// --trials runs: the machine may be shared; `cpu` reports how many cores'
+// worth of CPU the threads actually got in that run (below T: neighbours).
 #include "cli/bench_kernels.h"
 
 #include <math.h>
@@ -57,7 +61,7 @@ static const struct bench_type TYPES[] = {
 
 struct opts {
     int threads, trials;
-    bool json;
+    bool json, dynamic;
     struct shape shapes[MAX_LIST];
     int n_shapes;
     int types[MAX_LIST], n_types;
@@ -100,7 +104,8 @@ struct pool {
     int n_copies, iters, M; // M: activation rows, or streams for the read probe
     const void *xq;
     float *y;
-    const uint8_t *buf; // read probe
+    _Atomic int64_t *claims; // per iteration, when rows are claimed dynamically
+    const uint8_t *buf;      // read probe
     size_t buf_bytes;
     _Atomic uint64_t sink;
 };
@@ -109,6 +114,14 @@ static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// CPU seconds used by all threads of the process (the bench's own).
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -157,6 +170,8 @@ static void share(int64_t rows, int t, int n, int64_t *r0, int64_t *r1)
     if (*r1 > rows) *r1 = rows;
 }
 
+#define CLAIM_ROWS 64 // rows per dynamically claimed chunk
+
 static void run_job(struct pool *p, int t)
 {
     if (p->kind == JOB_MATMUL) {
@@ -164,7 +179,14 @@ static void run_job(struct pool *p, int t)
         int64_t r0, r1;
         share(w0->rows, t, p->n, &r0, &r1);
         for (int it = 0; it < p->iters; it++) {
-            st_kern_matmul(&p->copies[it % p->n_copies], p->xq, p->M, p->y, r0, r1);
+            const struct st_kern_weight *w = &p->copies[it % p->n_copies];
+            if (!p->claims) {
+                st_kern_matmul(w, p->xq, p->M, p->y, r0, r1);
+            } else { // as a worker set does: a slowed thread's chunks go to the others
+                int64_t c;
+                while ((c = atomic_fetch_add(&p->claims[it], CLAIM_ROWS)) < w->rows)
+                    st_kern_matmul(w, p->xq, p->M, p->y, c, c + CLAIM_ROWS < w->rows ? c + CLAIM_ROWS : w->rows);
+            }
             barrier_wait(&p->bar);
         }
     } else if (p->kind == JOB_READ) {
@@ -299,11 +321,11 @@ static size_t llc_bytes(void)
 
 // ---- measurements -----------------------------------------------------------------
 
-// Best read bandwidth in GB/s over a buffer of 4x the LLC, over trials and
+// Best read bandwidth in GB/s over a buffer of 8x the LLC, over trials and
 // 1, 4 or 8 streams per thread.
 static double probe_read(struct pool *p, int trials)
 {
-    size_t n = 4 * llc_bytes();
+    size_t n = 8 * llc_bytes();
     uint8_t *buf = big_alloc(n);
     if (!buf) return 0;
     memset(buf, 1, n);
@@ -330,6 +352,7 @@ struct result {
     const char *type;
     int m;
     double seconds, gbps, gops;
+    double cpu; // cores' worth of CPU the threads got in the best trial
 };
 
 // Measures one shape and type for every M; appends to res.
@@ -345,9 +368,8 @@ static int measure(struct pool *p, const struct opts *o, struct shape sh, const 
         return -1;
     }
     size_t llc = llc_bytes();
-    int n_copies = (int)((2 * llc + run_bytes - 1) / run_bytes) + 1;
-    int iters = (int)((4 * llc + run_bytes - 1) / run_bytes) + 1;
-    if (iters < n_copies) iters = n_copies;
+    // Copies exceeding 4x the LLC, each streamed once per trial.
+    int n_copies = (int)((4 * llc + run_bytes - 1) / run_bytes) + 1, iters = n_copies;
     uint8_t *arena = big_alloc(run_bytes * (size_t)n_copies);
     struct st_kern_weight *copies = calloc((size_t)n_copies, sizeof *copies);
     void *src = gen_tensor(bt->src, sh.rows, sh.cols);
@@ -383,17 +405,28 @@ static int measure(struct pool *p, const struct opts *o, struct shape sh, const 
         p->M = M;
         p->xq = xq;
         p->y = y;
-        double best = INFINITY;
-        for (int t = 0; t < o->trials; t++) {
-            double s = pool_run(p) / iters;
-            best = s < best ? s : best;
+        p->claims = NULL;
+        if (o->dynamic && !(p->claims = calloc((size_t)iters, sizeof *p->claims))) {
+            fprintf(stderr, "bench kernels: out of memory for %d row counters\n", iters);
+            goto out;
         }
+        double best = INFINITY, cpu = 0;
+        for (int t = 0; t < o->trials; t++) {
+            if (p->claims) memset(p->claims, 0, sizeof *p->claims * (size_t)iters);
+            double c0 = cpu_s(), wall = pool_run(p), s = wall / iters;
+            if (s < best) {
+                best = s;
+                cpu = (cpu_s() - c0) / wall;
+            }
+        }
+        free(p->claims);
+        p->claims = NULL;
         struct result *r = &res[(*n_res)++];
         *r = (struct result){sh.rows, sh.cols, bt->name, M, best, run_bytes / best / 1e9,
-                             2.0 * sh.rows * sh.cols * M / best / 1e9};
+                             2.0 * sh.rows * sh.cols * M / best / 1e9, cpu};
         if (!o->json) {
-            printf("%6lldx%-6lld %-13s M=%-3d %9.3f ms %7.2f GB/s %8.2f GOP/s\n", (long long)sh.rows,
-                   (long long)sh.cols, bt->name, M, best * 1e3, r->gbps, r->gops);
+            printf("%6lldx%-6lld %-13s M=%-3d %9.3f ms %7.2f GB/s %8.2f GOP/s  cpu %.2f\n", (long long)sh.rows,
+                   (long long)sh.cols, bt->name, M, best * 1e3, r->gbps, r->gops, cpu);
             fflush(stdout);
         }
     }
@@ -447,7 +480,7 @@ static void summary(const struct result *res, int n, double bw)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: subternary bench kernels [--threads T] [--json] [--quick] [--trials N]\n"
+            "usage: subternary bench kernels [--threads T] [--json] [--quick] [--trials N] [--dynamic]\n"
             "       [--shapes RxC,...] [--types NAME,...] [--m M,...] [--level scalar|avx2|avx512]\n"
             "types:");
     for (int i = 0; i < N_TYPES; i++) fprintf(stderr, " %s", TYPES[i].name);
@@ -491,6 +524,7 @@ static int parse(int argc, char **argv, struct opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--dynamic")) o->dynamic = true;
         else if (!strcmp(a, "--quick")) q = true;
         else if (!strcmp(a, "--threads") && v) o->threads = atoi(argv[++i]);
         else if (!strcmp(a, "--trials") && v) o->trials = atoi(argv[++i]);
@@ -548,21 +582,23 @@ int st_bench_kernels(int argc, char **argv)
     }
     double bw = probe_read(p, o.trials);
     if (!o.json)
-        printf("kernels: level %s, %d threads, LLC %zu MiB, read bandwidth %.2f GB/s\n",
-               st_kern_level_name(st_kern_cpu.level), o.threads, llc_bytes() >> 20, bw);
+        printf("kernels: level %s, %d threads (rows %s), LLC %zu MiB, read bandwidth %.2f GB/s\n",
+               st_kern_level_name(st_kern_cpu.level), o.threads, o.dynamic ? "claimed dynamically" : "in equal shares",
+               llc_bytes() >> 20, bw);
     for (int s = 0; s < o.n_shapes; s++)
         for (int t = 0; t < o.n_types; t++)
             if (measure(p, &o, o.shapes[s], &TYPES[o.types[t]], res, &n_res)) goto out;
     double bw2 = probe_read(p, o.trials); // the machine may have changed meanwhile
     bw = bw2 > bw ? bw2 : bw;
     if (o.json) {
-        printf("{\"threads\": %d, \"level\": \"%s\", \"read_bw_gbps\": %.3f, \"results\": [", o.threads,
-               st_kern_level_name(st_kern_cpu.level), bw);
+        printf("{\"threads\": %d, \"level\": \"%s\", \"rows_split\": \"%s\", \"read_bw_gbps\": %.3f, "
+               "\"results\": [",
+               o.threads, st_kern_level_name(st_kern_cpu.level), o.dynamic ? "dynamic" : "halves", bw);
         for (int i = 0; i < n_res; i++)
             printf("%s\n  {\"rows\": %lld, \"cols\": %lld, \"type\": \"%s\", \"m\": %d, \"seconds\": %.9f, "
-                   "\"gbps\": %.3f, \"gops\": %.3f}",
+                   "\"gbps\": %.3f, \"gops\": %.3f, \"cpu\": %.2f}",
                    i ? "," : "", (long long)res[i].rows, (long long)res[i].cols, res[i].type, res[i].m,
-                   res[i].seconds, res[i].gbps, res[i].gops);
+                   res[i].seconds, res[i].gbps, res[i].gops, res[i].cpu);
         printf("]}\n");
     } else {
         summary(res, n_res, bw);

@@ -1,0 +1,127 @@
+// Private to kernels/: run-format layout arithmetic shared by the reference
+// and SIMD kernels, and the per-level table builders.  Nothing outside
+// kernels/ includes this; kernels/kernels.h is the public face.
+#ifndef ST_KERNELS_KERN_INTERNAL_H
+#define ST_KERNELS_KERN_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+// Interleaved ("x8") run formats: rows are taken 8 at a time.  A row group
+// is laid out as
+//   [quant part: nb blocks x x8_qbytes][scales: nb x 8 f16 (row order)][pad to 64]
+// where nb = cols / block elements.  Rows past `rows` are zero (padding).
+#define ST_KERN_X8 8
+
+static inline bool st_kern_is_x8(uint32_t run_type)
+{
+    return run_type >= ST_KERN_RUN_Q8_0X8 && run_type <= ST_KERN_RUN_TERNARY_CODE;
+}
+
+// Columns per block of an x8 format.
+static inline int64_t st_kern_x8_block_elems(uint32_t run_type)
+{
+    return run_type == ST_KERN_RUN_Q8_0X8 || run_type == ST_KERN_RUN_Q4_0X8 ? 32 : 256;
+}
+
+// Bytes of one block's quant part for a group of 8 rows.
+static inline size_t st_kern_x8_qbytes(uint32_t run_type)
+{
+    switch (run_type) {
+    case ST_KERN_RUN_Q8_0X8: return 256; // 8 vectors of 32 bytes
+    case ST_KERN_RUN_Q4_0X8: return 128; // 4 vectors of 32 bytes, two nibbles each
+    default: return 512;                 // ternary: 16 vectors of 32 bytes
+    }
+}
+
+static inline size_t st_kern_align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+// Bytes of one row group.
+static inline size_t st_kern_x8_stride(uint32_t run_type, int64_t cols)
+{
+    size_t nb = (size_t)(cols / st_kern_x8_block_elems(run_type));
+    return st_kern_align64(nb * (st_kern_x8_qbytes(run_type) + 8 * sizeof(uint16_t)));
+}
+
+// Scales of a group: nb x 8 f16, after the quant part.
+static inline const uint16_t *st_kern_x8_scales(const struct st_kern_weight *w, const uint8_t *group)
+{
+    size_t nb = (size_t)(w->cols / st_kern_x8_block_elems(w->type));
+    return (const uint16_t *)(group + nb * st_kern_x8_qbytes(w->type));
+}
+
+// Row `row`, block b of an x8 weight as small integers (q8_0: the int8
+// quants; q4_0: nibble - 8; ternary: -1/0/+1) and its f16 scale.
+void st_kern_x8_unpack(const struct st_kern_weight *w, int64_t row, int64_t b, int8_t *q,
+                       uint16_t *d);
+
+// All 8 rows of block blk of an x8 weight as small integers, as
+// st_kern_x8_unpack gives them one row at a time (the fast path of the
+// scalar kernels).
+void st_kern_x8_decode_block(uint32_t type, const uint8_t *blk, int8_t (*q)[256]);
+
+// Matrix product of row-layout weights via a dot-product function, one
+// (row, activation) pair at a time; shared by levels that have no faster
+// tile for a type.
+void st_kern_mm_by_dot(st_kern_dot_fn dot, const struct st_kern_weight *w, const void *x,
+                       size_t x_stride, int mt, float *y, size_t y_stride, int64_t r0,
+                       int64_t r1);
+
+// Table builders, one per level (the SIMD ones exist only on x86-64).
+void st_kern_ops_fill_scalar(struct st_kern_ops *ops);
+void st_kern_ops_fill_avx2(struct st_kern_ops *ops);
+void st_kern_ops_fill_avx512(struct st_kern_ops *ops);
+
+// Parts of the tables, filled by their files.
+void st_kern_dot_fill_scalar(struct st_kern_ops *ops);
+void st_kern_mm_fill_scalar(struct st_kern_ops *ops);
+void st_kern_ops_fill_scalar_rest(struct st_kern_ops *ops);
+void st_kern_quant_fill_avx2(struct st_kern_ops *ops);
+void st_kern_dot_fill_avx2(struct st_kern_ops *ops);
+void st_kern_mm_rows_fill_avx2(struct st_kern_ops *ops);
+void st_kern_kquant_fill_avx2(struct st_kern_ops *ops);
+void st_kern_mm_float_fill_avx2(struct st_kern_ops *ops);
+void st_kern_mm_x8_fill_avx2(struct st_kern_ops *ops);
+void st_kern_mm_ternary_fill_avx2(struct st_kern_ops *ops);
+void st_kern_ops_fill_avx2_rest(struct st_kern_ops *ops);
+void st_kern_attention_fill_avx2(struct st_kern_ops *ops);
+void st_kern_attention_ref(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
+                           float *scratch);
+
+// Pieces of the scalar table that the SIMD tables reuse.
+void st_kern_quantize_q8_32_ref(const float *x, struct st_kern_q8_32 *y, int64_t n);
+void st_kern_quantize_q8_k_ref(const float *x, struct st_block_q8_k *y, int64_t n);
+float st_kern_dot_f32_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_f16_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_bf16_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_q8_0_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_q4_0_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_q4_k_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_q6_k_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_tq1_0_ref(int64_t n, const void *w, const void *x);
+float st_kern_dot_tq2_0_ref(int64_t n, const void *w, const void *x);
+
+// Ternary trits of GGUF blocks, in element order (reference decoders).
+void st_kern_tq1_0_trits(const struct st_block_tq1_0 *b, int8_t *t /*[256]*/);
+// Returns false if a code is 3 (not a ternary value).
+bool st_kern_tq2_0_trits(const struct st_block_tq2_0 *b, int8_t *t /*[256]*/);
+
+// The scale a Q8_0-style activation block keeps: d rounded to f16 as
+// llama.cpp stores it, except below the f16 normal range, where rounding
+// would destroy it (llama.cpp's blocks go to zero there; ours stay exact).
+static inline float st_kern_q8_32_scale(float d)
+{
+    return d < 6.103515625e-05f ? d : st_f16_to_f32(st_f32_to_f16(d));
+}
+
+// Sum of the 16 partial sums of a Q8_K block.
+static inline int32_t st_kern_q8_k_sum(const struct st_block_q8_k *b)
+{
+    int32_t s = 0;
+    for (int i = 0; i < ST_QK_K / 16; i++) s += b->bsums[i];
+    return s;
+}
+
+#endif
