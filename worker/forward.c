@@ -138,23 +138,26 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
     struct st_kern_attn a = {.q = p->q, .k = kr, .v = vr, .out = p->att, .pos = p->pos, .M = (int)M,
                              .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
                              .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
+    // KV heads are claimed in ranges: one attention call then reads each
+    // cache row once for all the heads of its range.
+    uint64_t chunk = hp->n_head_kv / p->n_ranks > 1 ? hp->n_head_kv / p->n_ranks : 1;
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
-    uint64_t h, e;
-    while (st_work_claim(wc, 1, hp->n_head_kv, &h, &e)) {
+    uint64_t h0, h1;
+    while (st_work_claim(wc, chunk, hp->n_head_kv, &h0, &h1)) {
         for (uint32_t m = 0; m < M; m++) {
             const float *cs = p->rope_cs + (size_t)m * hp->n_rot;
             float *kr_row = p->k + (size_t)m * kvd;
-            st_kern_rope_apply(kr_row, (int)h, (int)h + 1, (int)hd, (int)hp->n_rot, cs);
-            st_kern_rope_apply(p->q + (size_t)m * qd, (int)(h * group), (int)((h + 1) * group), (int)hd,
+            st_kern_rope_apply(kr_row, (int)h0, (int)h1, (int)hd, (int)hp->n_rot, cs);
+            st_kern_rope_apply(p->q + (size_t)m * qd, (int)(h0 * group), (int)(h1 * group), (int)hd,
                                (int)hp->n_rot, cs);
-            uint16_t *kd = kw + (size_t)m * kvd + h * hd, *vd = vw + (size_t)m * kvd + h * hd;
-            const float *vs = p->v + (size_t)m * kvd + h * hd;
-            for (uint32_t j = 0; j < hd; j++) {
-                kd[j] = st_f32_to_f16(kr_row[h * hd + j]);
+            uint16_t *kd = kw + (size_t)m * kvd, *vd = vw + (size_t)m * kvd;
+            const float *vs = p->v + (size_t)m * kvd;
+            for (uint64_t j = h0 * hd; j < h1 * hd; j++) {
+                kd[j] = st_f32_to_f16(kr_row[j]);
                 vd[j] = st_f32_to_f16(vs[j]);
             }
         }
-        st_kern_attention(&a, (int)h, (int)h + 1, p->attn_scratch);
+        st_kern_attention(&a, (int)h0, (int)h1, p->attn_scratch);
     }
     return 0;
 }
