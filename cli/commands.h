@@ -9,5 +9,8 @@ int st_cmd_tokenize(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
 int st_cmd_generate(int argc, char **argv);
 int st_cmd_worker(int argc, char **argv);
+int st_cmd_serve(int argc, char **argv);
+int st_cmd_client(int argc, char **argv);
+int st_cmd_keygen(int argc, char **argv);
 
 #endif

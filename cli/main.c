@@ -15,6 +15,9 @@ static const struct command commands[] = {
     {"logits", st_cmd_logits, "logits -m MODEL --tokens 1,2,3 -o OUT.f32"},
     {"tokenize", st_cmd_tokenize, "tokenize -m MODEL [--no-bos] < text"},
     {"generate", st_cmd_generate, "generate -m TARGET [-d DRAFT] (-p TEXT | --tokens IDS) -n N [...]"},
+    {"serve", st_cmd_serve, "serve --target T [--draft D] [--listen ENDPOINT] [--slots N --queue N ...]"},
+    {"client", st_cmd_client, "client [--connect ENDPOINT] (-p TEXT | --tokens IDS) | --stats [--prom] | --health"},
+    {"keygen", st_cmd_keygen, "keygen NAME: a CURVE key pair (NAME.key, NAME.pub)"},
     {"bench", st_cmd_bench, "bench SUITE [options]"},
     {"worker", st_cmd_worker, "(internal) a worker process, started by the coordinator"},
 };

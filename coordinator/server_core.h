@@ -90,7 +90,8 @@ struct st_srv_view {
 struct st_srv_counters {
     uint64_t done, cancelled, disconnected, rejected, failed, errors;
     uint64_t tokens, drafted, accepted;
-    uint32_t sessions_peak, queued_peak;
+    uint32_t sessions_peak;
+    uint32_t queued_peak;   // most requests waiting beyond the slots at once
 };
 
 // Sends one reply to a peer; returns 0, or -1 with errno (EHOSTUNREACH: the

@@ -7,7 +7,8 @@ set -e
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -std=gnu11 -D_GNU_SOURCE -I. -Ibuild-fuzz -pthread"
-mkdir -p build-fuzz
+mkdir -p build-fuzz/proto
+protoc-c --c_out=build-fuzz proto/subternary.proto
 for target in tests/fuzz/fuzz_*.c; do
     name=$(basename "$target" .c); name=${name#fuzz_}
     libsrc=$(sed -n 's/^\/\/ sources: //p' "$target")

@@ -26,12 +26,12 @@ int st_test_engine_open(struct st_test_engine *t, const char *target, const char
                         uint32_t nodes, uint32_t slots)
 {
     memset(t, 0, sizeof *t);
-    char tp[1024], dp[1024];
     struct st_error e;
     if (!st_test_exe(t->exe, sizeof t->exe) || st_rundir_new(t->dir, sizeof t->dir, &e)) return -1;
     struct st_engine_config ec = {
-        .target_path = target[0] == '/' || target[0] == '.' ? target : st_test_shared(target, tp, sizeof tp),
-        .draft_path = draft ? (draft[0] == '/' || draft[0] == '.' ? draft : st_test_shared(draft, dp, sizeof dp)) : NULL,
+        .target_path = target[0] == '/' || target[0] == '.' ? target : st_test_shared(target, t->target, sizeof t->target),
+        .draft_path = draft ? (draft[0] == '/' || draft[0] == '.' ? draft : st_test_shared(draft, t->draft, sizeof t->draft))
+                            : NULL,
         .n_slots = slots ? slots : 2, .n_ctx = 1100, .k_max = 8, .n_nodes = nodes, .workers_per_node = workers,
         .exe = t->exe, .run_dir = t->dir, .quiet = true, .hang_ms = 2000};
     t->zctx = zmq_ctx_new();

@@ -11,6 +11,7 @@ struct st_test_engine {
     void *zctx;
     char dir[512];
     char exe[1024];
+    char target[1024], draft[1024]; // the engine keeps pointers to these
 };
 
 // Opens target (+ draft, may be NULL) with `workers` workers on one node

@@ -1,0 +1,388 @@
+#include "coordinator/server.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "coordinator/server_core.h"
+#include "coordinator/session.h"
+#include "proto/wire.h"
+
+#define RECV_BATCH 256          // messages handled per wake-up before work resumes
+#define SERVICE_EVERY_NS 20000000u // worker liveness checks while busy
+#define IDLE_POLL_MS 20
+
+struct st_server {
+    struct st_server_config cfg;
+    struct st_engine *eng;
+    void *zctx;
+    void *sock;                 // ROUTER, clients
+    void *mon;                  // PAIR, the ROUTER's disconnect events
+    char mon_ep[64];
+    struct st_zap *zap;
+    char endpoint[512];
+    struct st_srv_core core;
+    int32_t *ids;               // [ids_cap] one round's committed tokens
+    uint32_t ids_cap;
+    char *text;                 // [text_cap] their pieces
+    size_t text_cap;
+    uint32_t prefill_slice;
+    uint64_t next_service_ns;
+    char target_name[256], draft_name[256];
+};
+
+static int send_cb(void *ctx, const uint8_t *ident, size_t ident_len, const Subternary__Envelope *env)
+{
+    struct st_server *s = ctx;
+    return st_wire_send(s->sock, ident, ident_len, &env->base, ZMQ_DONTWAIT);
+}
+
+static void release_cb(void *ctx, struct st_srv_req *r)
+{
+    (void)ctx;
+    struct st_session *ses = r->session;
+    st_session_end(&ses);
+    r->session = NULL;
+}
+
+static void refresh_view(struct st_server *s)
+{
+    struct st_srv_view *v = &s->core.view;
+    const struct st_engine *eng = s->eng;
+    v->workers = st_engine_workers(eng, &v->workers_ready);
+    v->restarts = st_engine_restarts(eng);
+    v->n_nodes = eng->n_nodes < ST_SRV_MAX_NODES ? eng->n_nodes : ST_SRV_MAX_NODES;
+    for (uint32_t i = 0; i < v->n_nodes; i++) {
+        const struct st_engine_node *nd = &eng->node[i];
+        v->node[i].workers = st_pool_ranks(nd->pool);
+        v->node[i].workers_ready = st_pool_ready(nd->pool);
+        v->node[i].sessions = nd->sessions;
+        v->node[i].slots = eng->cfg.n_slots;
+        v->node[i].restarts = st_pool_restarts(nd->pool);
+    }
+}
+
+// Receives one whole message without copying and dispatches it.  Returns
+// false when nothing was waiting.
+static bool recv_dispatch(struct st_server *s)
+{
+    zmq_msg_t f[3];
+    int kept = 0, total = 0, fd = -1, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s->sock, total ? 0 : ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            if (!total) return false;
+            break;
+        }
+        // The connection a frame came from: the only link between a ROUTER
+        // peer and the monitor's disconnect events (deprecated in libzmq, still served).
+        int sfd = zmq_msg_get(&m, ZMQ_SRCFD);
+        if (sfd >= 0) fd = sfd;
+        more = zmq_msg_more(&m);
+        if (kept < 3) {
+            zmq_msg_init(&f[kept]);
+            zmq_msg_move(&f[kept++], &m);
+        }
+        zmq_msg_close(&m);
+        total++;
+    }
+    struct st_srv_frames fr = {.n = total};
+    for (int i = 0; i < kept; i++) {
+        fr.f[i] = zmq_msg_data(&f[i]);
+        fr.len[i] = zmq_msg_size(&f[i]);
+    }
+    refresh_view(s);
+    st_srv_dispatch(&s->core, &fr, fd);
+    for (int i = 0; i < kept; i++) zmq_msg_close(&f[i]);
+    return true;
+}
+
+static void drain_clients(struct st_server *s)
+{
+    for (int k = 0; k < RECV_BATCH && recv_dispatch(s); k++) {}
+}
+
+// The pool calls this while a step runs and a client message is waiting.
+static void on_idle(void *ctx) { drain_clients(ctx); }
+
+static void drain_monitor(struct st_server *s)
+{
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        zmq_msg_init(&addr);
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, s->mon, 0);
+        if (zmq_msg_size(&ev) >= 6) {
+            uint16_t event;
+            uint32_t value;
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const uint8_t *)zmq_msg_data(&ev) + 2, 4);
+            if (event == ZMQ_EVENT_DISCONNECTED) st_srv_disconnect(&s->core, (int)value);
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+    }
+}
+
+static void admit(struct st_server *s)
+{
+    struct st_srv_req *r;
+    while ((r = st_srv_admit(&s->core))) {
+        struct st_session *ses;
+        struct st_error e;
+        if (st_session_new(s->eng, &r->gp, r->prompt, r->n_prompt, ++s->eng->next_session, &ses, &e)) {
+            fprintf(stderr, "serve: request %s: %s\n", r->id, e.msg);
+            st_srv_fail(&s->core, r, SUBTERNARY__ERROR_CODE__ERR_INTERNAL, "starting the session: %s", e.msg);
+            continue;
+        }
+        r->session = ses;
+    }
+}
+
+static void fill_done(Subternary__Done *d, enum st_finish fin, const struct st_session_stats *st)
+{
+    subternary__done__init(d);
+    d->reason = (Subternary__FinishReason)fin; // the enums share their values
+    d->prompt_tokens = st->prompt_tokens;
+    d->tokens = st->tokens;
+    d->rounds = st->rounds;
+    d->drafted = st->drafted;
+    d->accepted = st->accepted;
+    d->prompt_seconds = st->prompt_seconds;
+    d->seconds = st->seconds;
+    uint32_t spec_rounds = st->rounds - st->suspended_rounds;
+    d->mean_k = st->drafted && spec_rounds ? st->k_sum / spec_rounds : 0;
+    d->draft_seconds = st->draft_seconds;
+    d->verify_seconds = st->verify_seconds;
+    d->worker_restarts = st->restarts;
+}
+
+static size_t round_text(struct st_server *s, const int32_t *ids, int n)
+{
+    size_t at = 0;
+    if (!s->eng->tok) return 0;
+    for (int i = 0; i < n; i++) {
+        char piece[256];
+        int k = st_tok_decode_piece(s->eng->tok, ids[i], piece, sizeof piece);
+        if (k <= 0) continue;
+        size_t len = (size_t)k < sizeof piece ? (size_t)k : sizeof piece;
+        if (at + len > s->text_cap) break;
+        memcpy(s->text + at, piece, len);
+        at += len;
+    }
+    return at;
+}
+
+// One unit of r's work: a prefill slice, or a round whose tokens stream out.
+static void run_unit(struct st_server *s, struct st_srv_req *r)
+{
+    struct st_session *ses = r->session;
+    struct st_error e = {{0}};
+    struct st_session_stats before = *st_session_stats(ses);
+    enum st_finish fin = ST_FINISH_NONE;
+    int n = 0;
+    r->stepping = true;
+    if (!st_session_prefilled(ses)) {
+        bool done;
+        if (st_session_prefill_some(ses, s->prefill_slice, &done, &e)) n = -1;
+    } else {
+        n = st_session_round(ses, s->ids, s->ids_cap, &fin, &e);
+    }
+    if (st_srv_after_step(&s->core, r)) return; // cancelled or its client left meanwhile
+    if (n < 0) {
+        fprintf(stderr, "serve: request %s failed: %s\n", r->id, e.msg);
+        st_srv_fail(&s->core, r, SUBTERNARY__ERROR_CODE__ERR_INTERNAL, "%s", e.msg);
+        return;
+    }
+    const struct st_session_stats *st = st_session_stats(ses);
+    st_srv_count_round(&s->core, (uint32_t)n, st->drafted - before.drafted, st->accepted - before.accepted,
+                       st_srv_now_ns());
+    if (n > 0 && st_srv_chunk(&s->core, r, s->ids, (uint32_t)n, s->text, round_text(s, s->ids, n))) return;
+    if (fin != ST_FINISH_NONE) {
+        Subternary__Done d;
+        fill_done(&d, fin, st);
+        if (!s->cfg.quiet)
+            fprintf(stderr, "serve: request %s: %u tokens in %.3f s, %u rounds, acceptance %.2f, node %u\n", r->id,
+                    st->tokens, st->seconds, st->rounds, st->drafted ? (double)st->accepted / st->drafted : 0.0,
+                    st_session_node(ses));
+        st_srv_finish(&s->core, r, &d);
+    }
+}
+
+// ipc endpoints must live in a directory only we can enter: anyone who can
+// reach the socket file can talk to the server.
+static int check_ipc(const char *ep, struct st_error *e)
+{
+    const char *path = ep + strlen("ipc://");
+    if (path[0] == '@' || !path[0])
+        return st_error_set(e, "%s: abstract or empty ipc endpoints have no permissions; use a path in a 0700 directory",
+                            ep);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    const char *dir = dirname(buf);
+    struct stat sb;
+    if (stat(dir, &sb)) {
+        if (errno != ENOENT || mkdir(dir, 0700))
+            return st_error_set(e, "ipc endpoint directory %s: %s", dir, strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(sb.st_mode)) return st_error_set(e, "ipc endpoint directory %s is not a directory", dir);
+    if (sb.st_uid != geteuid() || (sb.st_mode & 077))
+        return st_error_set(e, "ipc endpoint directory %s has mode %03o (owner %u): it must be ours with mode 0700",
+                            dir, (unsigned)(sb.st_mode & 0777), (unsigned)sb.st_uid);
+    return 0;
+}
+
+static int open_socket(struct st_server *s, struct st_error *e)
+{
+    const struct st_server_config *c = &s->cfg;
+    s->sock = zmq_socket(s->zctx, ZMQ_ROUTER);
+    if (!s->sock) return st_error_set(e, "zmq_socket(ROUTER): %s", zmq_strerror(errno));
+    int one = 1, zero = 0, hwm = 100000;
+    int64_t maxmsg = c->max_msg_bytes;
+    // MANDATORY: a send to a peer that left fails (EHOSTUNREACH) instead of
+    // vanishing, which is how a disconnected stream is noticed.  HANDOVER: a
+    // client that reconnects with its identity takes it over (its retries).
+    zmq_setsockopt(s->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(s->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
+    if (c->curve_secret) {
+        if (strlen(c->curve_secret) != 40) return st_error_set(e, "CURVE secret key must be 40 Z85 characters");
+        zmq_setsockopt(s->sock, ZMQ_CURVE_SERVER, &one, sizeof one);
+        if (zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, c->curve_secret, 41))
+            return st_error_set(e, "zmq_setsockopt(CURVE_SECRETKEY): %s", zmq_strerror(errno));
+        // A domain makes libzmq consult the ZAP handler for every handshake.
+        zmq_setsockopt(s->sock, ZMQ_ZAP_DOMAIN, "subternary", strlen("subternary"));
+    }
+    snprintf(s->mon_ep, sizeof s->mon_ep, "inproc://st-server-monitor-%p", (void *)s);
+    if (zmq_socket_monitor(s->sock, s->mon_ep, ZMQ_EVENT_DISCONNECTED))
+        return st_error_set(e, "zmq_socket_monitor: %s", zmq_strerror(errno));
+    s->mon = zmq_socket(s->zctx, ZMQ_PAIR);
+    if (s->mon) zmq_setsockopt(s->mon, ZMQ_LINGER, &zero, sizeof zero);
+    if (!s->mon || zmq_connect(s->mon, s->mon_ep))
+        return st_error_set(e, "monitor socket %s: %s", s->mon_ep, zmq_strerror(errno));
+    if (!strncmp(c->listen, "ipc://", 6) && check_ipc(c->listen, e)) return -1;
+    if (zmq_bind(s->sock, c->listen)) return st_error_set(e, "zmq_bind(%s): %s", c->listen, zmq_strerror(errno));
+    size_t len = sizeof s->endpoint;
+    if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, s->endpoint, &len))
+        snprintf(s->endpoint, sizeof s->endpoint, "%s", c->listen);
+    return 0;
+}
+
+int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, void *zctx, struct st_server **out,
+                   struct st_error *e)
+{
+    *out = NULL;
+    if (!cfg->listen) return st_error_set(e, "no endpoint to listen on");
+    if (cfg->curve_secret && !strncmp(cfg->listen, "ipc://", 6))
+        return st_error_set(e, "CURVE is for tcp endpoints; %s is protected by its 0700 directory", cfg->listen);
+    struct st_server *s = calloc(1, sizeof *s);
+    if (!s) return st_error_set(e, "out of memory");
+    s->cfg = *cfg;
+    s->eng = eng;
+    s->zctx = zctx;
+    if (!s->cfg.max_msg_bytes) s->cfg.max_msg_bytes = 1u << 20;
+    if (!s->cfg.max_prompt_bytes) s->cfg.max_prompt_bytes = 256u << 10;
+    if (!s->cfg.max_tokens_default) s->cfg.max_tokens_default = 256;
+    if (!s->cfg.finished_cache) s->cfg.finished_cache = 1024;
+    if (!s->cfg.max_deadline_ms) s->cfg.max_deadline_ms = 86400000u;
+    s->prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : eng->m_max * 8;
+    s->ids_cap = eng->k_max + 2;
+    s->text_cap = (size_t)s->ids_cap * 256;
+    s->ids = malloc(s->ids_cap * sizeof *s->ids);
+    s->text = malloc(s->text_cap);
+    struct st_srv_limits lim = {
+        .n_vocab = eng->n_vocab, .n_ctx = eng->n_ctx, .k_max = eng->k_max,
+        .slots = eng->cfg.n_slots * eng->n_nodes, .queue = s->cfg.queue,
+        .max_tokens_default = s->cfg.max_tokens_default, .max_prompt_bytes = s->cfg.max_prompt_bytes,
+        .finished_cache = s->cfg.finished_cache, .max_deadline_ms = s->cfg.max_deadline_ms,
+        .has_draft = eng->draft != NULL, .tok = eng->tok};
+    st_srv_core_init(&s->core, &lim, send_cb, release_cb, s);
+    // Copies: the engine's configuration may point at its caller's buffers.
+    const char *tn = cfg->target_name ? cfg->target_name : eng->cfg.target_path;
+    const char *dn = cfg->draft_name ? cfg->draft_name : eng->cfg.draft_path;
+    snprintf(s->target_name, sizeof s->target_name, "%s", tn ? tn : "");
+    snprintf(s->draft_name, sizeof s->draft_name, "%s", dn ? dn : "");
+    s->core.view.target = s->target_name;
+    s->core.view.draft = s->draft_name;
+    if (!s->ids || !s->text) {
+        st_error_set(e, "out of memory");
+        goto fail;
+    }
+    // The ZAP handler must be up before the first handshake.
+    if (cfg->curve_secret && st_zap_start(zctx, cfg->allow, cfg->n_allow, &s->zap, e)) goto fail;
+    if (open_socket(s, e)) goto fail;
+    for (uint32_t i = 0; i < eng->n_nodes; i++) st_pool_set_idle(eng->node[i].pool, on_idle, s, s->sock);
+    refresh_view(s);
+    *out = s;
+    return 0;
+fail:
+    st_server_close(&s);
+    return -1;
+}
+
+const char *st_server_endpoint(const struct st_server *s) { return s->endpoint; }
+
+int st_server_run(struct st_server *s, volatile sig_atomic_t *stop, struct st_error *e)
+{
+    struct st_srv_core *c = &s->core;
+    while (!*stop) {
+        bool work = c->active.n || (c->queued.n && c->active.n < c->lim.slots);
+        zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, work ? 0 : IDLE_POLL_MS) < 0 && errno != EINTR) {
+            st_error_set(e, "zmq_poll(%s): %s", s->endpoint, zmq_strerror(errno));
+            st_srv_shutdown(c);
+            return -1;
+        }
+        drain_monitor(s);
+        drain_clients(s);
+        uint64_t now = st_srv_now_ns();
+        if (!work || now >= s->next_service_ns) {
+            // Heartbeats, and workers that died between steps are replaced.
+            for (uint32_t i = 0; i < s->eng->n_nodes; i++) st_pool_service(s->eng->node[i].pool, 0);
+            s->next_service_ns = now + SERVICE_EVERY_NS;
+        }
+        st_srv_expire(c, now);
+        admit(s);
+        struct st_srv_req *r = st_srv_next(c);
+        if (r) run_unit(s, r);
+    }
+    st_srv_shutdown(c);
+    return 0;
+}
+
+void st_server_close(struct st_server **sp)
+{
+    struct st_server *s = *sp;
+    if (!s) return;
+    if (s->eng)
+        for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+            if (s->eng->node[i].pool) st_pool_set_idle(s->eng->node[i].pool, NULL, NULL, NULL);
+    st_srv_core_free(&s->core);
+    if (s->sock) {
+        zmq_socket_monitor(s->sock, NULL, 0);
+        zmq_close(s->sock);
+        // libzmq leaves the socket file of a bound ipc endpoint behind.
+        if (!strncmp(s->endpoint, "ipc://", 6) && s->endpoint[6] != '@') unlink(s->endpoint + 6);
+    }
+    if (s->mon) zmq_close(s->mon);
+    st_zap_stop(&s->zap);
+    free(s->ids);
+    free(s->text);
+    free(s);
+    *sp = NULL;
+}

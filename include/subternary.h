@@ -1,0 +1,151 @@
+// SubTernary client library: talks to `subternary serve` over ZeroMQ (a
+// DEALER socket; tcp:// with optional CURVE, or ipc://).  Submit generate
+// requests, receive their streamed tokens and final summaries as events,
+// cancel, ask for stats and health.  Single-threaded: one st_client per
+// thread.  Functions return 0 on success and -1 on failure, with the reason in
+// st_client_error().
+#ifndef SUBTERNARY_H
+#define SUBTERNARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ST_CLIENT_ID_MAX 128
+#define ST_CLIENT_MAX_NODES 16
+#define ST_CLIENT_MAX_STOPS 8
+
+struct st_client_options {
+    const char *endpoint;      // e.g. "tcp://127.0.0.1:5555", "ipc:///run/subternary/sock"
+    const char *server_key;    // Z85 server public key: turns CURVE on (NULL: off)
+    const char *public_key;    // Z85 client key pair for CURVE (NULL: a fresh one,
+    const char *secret_key;    //   which a server with an allow-list refuses)
+    const char *identity;      // routing id (NULL: random).  The server knows a
+                               // retry by (identity, request id).
+};
+
+struct st_client_request {
+    const char *request_id;    // 1..128 bytes of printable UTF-8, unique per client
+    const char *prompt_text;   // or:
+    const uint32_t *prompt_ids;
+    size_t n_prompt_ids;
+    bool add_bos;              // for prompt_text
+    uint32_t max_tokens;       // 0: the server's default
+    float temperature;         // 0: greedy
+    uint32_t top_k;
+    float top_p, min_p;
+    uint64_t seed;
+    bool no_speculation;       // target alone
+    uint32_t k;                // draft length; 0: adaptive
+    bool no_governor;
+    float governor_threshold;  // 0: the server's default
+    const char *const *stop;   // [n_stop] stop strings
+    size_t n_stop;
+    uint64_t deadline_ms;      // 0: none
+    bool ignore_eos;
+};
+
+enum st_client_event_type {
+    ST_CLIENT_EV_NONE = 0,
+    ST_CLIENT_EV_CHUNK,
+    ST_CLIENT_EV_DONE,
+    ST_CLIENT_EV_ERROR,
+    ST_CLIENT_EV_STATS,
+    ST_CLIENT_EV_HEALTH,
+};
+
+// Values of the protocol's FinishReason and ErrorCode.
+enum st_client_finish {
+    ST_CLIENT_FINISH_NONE = 0, ST_CLIENT_FINISH_LENGTH, ST_CLIENT_FINISH_EOS, ST_CLIENT_FINISH_STOP,
+    ST_CLIENT_FINISH_CONTEXT,
+};
+enum st_client_code {
+    ST_CLIENT_ERR_NONE = 0, ST_CLIENT_ERR_MALFORMED, ST_CLIENT_ERR_UNSUPPORTED_VERSION, ST_CLIENT_ERR_TOO_LARGE,
+    ST_CLIENT_ERR_INVALID_FIELD, ST_CLIENT_ERR_PROMPT_TOO_LONG, ST_CLIENT_ERR_BUSY, ST_CLIENT_ERR_CANCELLED,
+    ST_CLIENT_ERR_DEADLINE_EXCEEDED, ST_CLIENT_ERR_INTERNAL, ST_CLIENT_ERR_DUPLICATE, ST_CLIENT_ERR_SHUTTING_DOWN,
+    ST_CLIENT_ERR_UNKNOWN_REQUEST,
+};
+
+struct st_client_done {
+    int reason;                // enum st_client_finish
+    uint32_t prompt_tokens, tokens, rounds, drafted, accepted, worker_restarts;
+    double acceptance, mean_k;
+    double prompt_seconds, seconds, draft_seconds, verify_seconds, queue_seconds, wall_seconds;
+};
+
+struct st_client_node_stats {
+    uint32_t node, workers, workers_ready, sessions, slots;
+    uint64_t worker_restarts;
+};
+
+struct st_client_stats {
+    uint32_t sessions, sessions_peak, slots, queued, queued_peak, queue_limit;
+    uint64_t requests_done, requests_cancelled, requests_disconnected, requests_rejected, requests_failed, errors;
+    uint64_t tokens_generated, drafted, accepted, worker_restarts;
+    double tokens_per_second, acceptance, uptime_seconds;
+    struct st_client_node_stats nodes[ST_CLIENT_MAX_NODES];
+    uint32_t n_nodes;
+};
+
+struct st_client_health {
+    bool ok;
+    uint32_t workers_ready, workers_total, sessions, queued;
+    char target[256], draft[256];
+};
+
+struct st_client_event {
+    enum st_client_event_type type;
+    char request_id[ST_CLIENT_ID_MAX + 1];
+    // CHUNK: ids[offset .. offset + n_ids) of the request's output, and their text.
+    uint32_t *ids;
+    size_t n_ids;
+    uint32_t offset;
+    char *text;                // text_len bytes (may end inside a UTF-8 character)
+    size_t text_len;
+    struct st_client_done done;     // DONE
+    int code;                  // ERROR: enum st_client_code
+    char message[512];
+    struct st_client_stats stats;   // STATS
+    struct st_client_health health; // HEALTH
+};
+
+struct st_client;
+
+int st_client_connect(const struct st_client_options *o, struct st_client **out);
+// The reason of the last failure (also for a failed connect: then *out holds
+// a client only good for this call and st_client_close).
+const char *st_client_error(const struct st_client *c);
+void st_client_close(struct st_client **c);
+
+int st_client_submit(struct st_client *c, const struct st_client_request *r);
+int st_client_cancel(struct st_client *c, const char *request_id);
+int st_client_request_stats(struct st_client *c);
+int st_client_request_health(struct st_client *c);
+
+// Waits up to timeout_ms (-1: forever) for the next event.  Returns 1 with
+// *ev filled (release it with st_client_event_clear), 0 on timeout, -1 on
+// failure.  Messages that are not valid server messages are skipped.
+int st_client_next(struct st_client *c, struct st_client_event *ev, int timeout_ms);
+void st_client_event_clear(struct st_client_event *ev);
+
+// Request and wait for the reply; events of requests that arrive meanwhile
+// are kept for st_client_next.  Returns 1, 0 on timeout, -1 on failure.
+int st_client_stats(struct st_client *c, struct st_client_stats *st, int timeout_ms);
+int st_client_health(struct st_client *c, struct st_client_health *h, int timeout_ms);
+
+// Prometheus text exposition (format 0.0.4) of stats into buf (NUL-terminated
+// when cap > 0); returns the length the whole text needs.
+size_t st_client_prometheus(const struct st_client_stats *st, char *buf, size_t cap);
+
+const char *st_client_code_name(int code);     // "busy", "cancelled", ...
+const char *st_client_finish_name(int reason); // "length", "eos", ...
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

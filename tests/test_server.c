@@ -1,0 +1,491 @@
+// A real `subternary serve` process over tcp (and ipc): streamed greedy
+// output equals `subternary generate`'s, by the client library and by the
+// command-line client; 16 concurrent clients on 4 slots and a queue of 8
+// (every accepted request correct, the rest busy, nothing lost or
+// duplicated); a short request is not starved by a long one; a retried
+// request id runs once; stats, Prometheus text and health; the config file;
+// an ipc endpoint only in a 0700 directory; a clean SIGTERM shutdown.
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/support/server_support.h"
+
+#define N_PROMPTS 4
+#define REF_TOKENS 96
+
+static struct st_test_server S;
+static char prompts[N_PROMPTS][128];
+static uint32_t *ref[N_PROMPTS];
+static int n_ref[N_PROMPTS];
+
+// The ids r got agree with the reference as far as both go.
+static bool agrees(const struct st_test_result *r, int p)
+{
+    size_t n = r->n < (size_t)n_ref[p] ? r->n : (size_t)n_ref[p];
+    return !memcmp(r->ids, ref[p], n * sizeof *r->ids);
+}
+
+static void test_greedy_matches_generate(void **state)
+{
+    (void)state;
+    struct st_client *c = st_test_client(&S, NULL);
+    assert_non_null(c);
+    static struct st_test_result r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(st_test_submit(c, "g1", prompts[0], 64, false), 0);
+    assert_int_equal(st_test_wait(c, "g1", &r, 30000), 0);
+    assert_int_equal(r.code, 0);
+    assert_int_equal(r.finals, 1);
+    assert_int_equal(r.gaps, 0);
+    assert_true(st_test_prefix_of(&r, ref[0], n_ref[0], 64));
+    assert_true(r.chunks >= 2); // streamed: one chunk per round, not one at the end
+    assert_int_equal(r.done.tokens, r.n);
+    assert_int_equal(r.done.prompt_tokens, 11);
+    printf("  %zu tokens in %d chunks; acceptance %.2f, %.0f tokens/s\n", r.n, r.chunks, r.done.acceptance,
+           r.done.seconds > 0 ? r.done.tokens / r.done.seconds : 0);
+    // Target alone (speculation off) gives the same greedy ids.
+    memset(&r, 0, sizeof r);
+    struct st_client_request q = {.request_id = "g2", .prompt_ids = ref[1], .n_prompt_ids = 0, .max_tokens = 32,
+                                  .no_speculation = true};
+    uint32_t ids[16];
+    size_t n = 0;
+    for (const char *p = prompts[1]; *p;) {
+        char *end;
+        ids[n++] = (uint32_t)strtoul(p, &end, 10);
+        p = *end == ',' ? end + 1 : end;
+    }
+    q.prompt_ids = ids;
+    q.n_prompt_ids = n;
+    assert_int_equal(st_client_submit(c, &q), 0);
+    assert_int_equal(st_test_wait(c, "g2", &r, 30000), 0);
+    assert_int_equal(r.code, 0);
+    assert_int_equal(r.done.drafted, 0);
+    assert_true(st_test_prefix_of(&r, ref[1], n_ref[1], 32));
+    st_client_close(&c);
+
+    // The command-line client prints the same ids as `subternary generate --ids`.
+    char out[8192], gen[8192];
+    const char *cli[] = {"client", "--connect", S.endpoint, "--tokens", prompts[2], "-n", "40", "--ids", "--quiet", NULL};
+    assert_int_equal(st_test_run(cli, out, sizeof out), 0);
+    char target[1024], draft[1024];
+    snprintf(target, sizeof target, "%s/models/pico-target.q8_0.gguf", getenv("ST_SHARED") ? getenv("ST_SHARED") : "../shared");
+    snprintf(draft, sizeof draft, "%s/models/pico-draft.q4_0.gguf", getenv("ST_SHARED") ? getenv("ST_SHARED") : "../shared");
+    const char *g[] = {"generate", "-m", target, "-d", draft, "--workers", "2", "--tokens", prompts[2], "-n", "40", "--ids",
+                       NULL};
+    assert_int_equal(st_test_run(g, gen, sizeof gen), 0);
+    assert_true(strlen(out) > 10);
+    assert_string_equal(out, gen);
+    // Text prompts: tokenized by the server as generate tokenizes them.
+    const char *clit[] = {"client", "--connect", S.endpoint, "-p", "Once upon a time", "-n", "24", "--ids", "--quiet",
+                          NULL};
+    const char *gt[] = {"generate", "-m", target, "-d", draft, "--workers", "2", "-p", "Once upon a time", "-n", "24",
+                        "--ids", NULL};
+    assert_int_equal(st_test_run(clit, out, sizeof out), 0);
+    assert_int_equal(st_test_run(gt, gen, sizeof gen), 0);
+    assert_string_equal(out, gen);
+}
+
+static void test_sixteen_clients(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    struct st_client *c[N];
+    static struct st_test_result r[N];
+    memset(r, 0, sizeof r);
+    char id[N][16];
+    struct st_client_stats st0;
+    for (int i = 0; i < N; i++) {
+        c[i] = st_test_client(&S, NULL); // connected and answered: the submits below go out at once
+        assert_non_null(c[i]);
+        snprintf(id[i], sizeof id[i], "many-%d", i);
+    }
+    assert_int_equal(st_client_stats(c[0], &st0, 5000), 1);
+    for (int i = 0; i < N; i++) assert_int_equal(st_test_submit(c[i], id[i], prompts[i % N_PROMPTS], 64 + i, false), 0);
+    int left = N;
+    for (int spins = 0; left && spins < 200000; spins++)
+        for (int i = 0; i < N; i++) {
+            if (r[i].finished) continue;
+            if (st_test_pump(c[i], id[i], &r[i], 1) == 1 && r[i].finished) left--;
+        }
+    assert_int_equal(left, 0);
+    int done = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].finals, 1);
+        if (r[i].code == ST_CLIENT_ERR_BUSY) {
+            busy++;
+            assert_int_equal(r[i].n, 0);
+            continue;
+        }
+        assert_int_equal(r[i].code, 0);
+        assert_int_equal(r[i].gaps, 0);
+        if (!st_test_prefix_of(&r[i], ref[i % N_PROMPTS], n_ref[i % N_PROMPTS], 64 + i)) {
+            fprintf(stderr, "request %d: %zu ids differ from the reference\n", i, r[i].n);
+            fail();
+        }
+        done++;
+    }
+    struct st_client_stats st;
+    assert_int_equal(st_client_stats(c[0], &st, 5000), 1);
+    printf("  %d completed, %d busy; peak %u sessions, %u queued\n", done, busy, st.sessions_peak, st.queued_peak);
+    assert_int_equal(done + busy, N);
+    assert_true(done >= 4 + 8);        // 4 slots + 8 queued were all used
+    assert_true(busy >= 1);
+    assert_int_equal(st.sessions_peak, 4); // never more sessions than slots
+    assert_true(st.queued_peak <= 8);
+    assert_int_equal(st.requests_done - st0.requests_done, (uint64_t)done);
+    assert_int_equal(st.requests_rejected - st0.requests_rejected, (uint64_t)busy);
+    assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.queued, 0);
+    for (int i = 0; i < N; i++) st_client_close(&c[i]);
+}
+
+static void test_fairness(void **state)
+{
+    (void)state;
+    struct st_client *c = st_test_client(&S, NULL);
+    assert_non_null(c);
+    static struct st_test_result lr, sr;
+    memset(&lr, 0, sizeof lr);
+    memset(&sr, 0, sizeof sr);
+    assert_int_equal(st_test_submit(c, "long", prompts[0], 1500, true), 0);
+    while (!lr.chunks) assert_int_equal(st_test_pump(c, "long", &lr, 10000), 1);
+    // The short request arrives while the long one streams; its rounds
+    // interleave with the long one's, so it ends long before.
+    assert_int_equal(st_test_submit(c, "short", prompts[1], 8, false), 0);
+    while (!sr.finished) {
+        struct st_client_event ev;
+        assert_int_equal(st_client_next(c, &ev, 10000), 1);
+        struct st_test_result *t = !strcmp(ev.request_id, "short") ? &sr : &lr;
+        if (ev.type == ST_CLIENT_EV_CHUNK) {
+            for (size_t i = 0; i < ev.n_ids && t->n < ST_TEST_MAX_IDS; i++) t->ids[t->n++] = ev.ids[i];
+        } else if (ev.type == ST_CLIENT_EV_DONE || ev.type == ST_CLIENT_EV_ERROR) {
+            t->finished = true;
+            t->code = ev.type == ST_CLIENT_EV_DONE ? 0 : ev.code;
+            t->finals++;
+        }
+        st_client_event_clear(&ev);
+    }
+    printf("  short request done after the long one streamed %zu of 1500 tokens\n", lr.n);
+    assert_false(lr.finished);
+    assert_true(lr.n < 1000);
+    assert_int_equal(sr.code, 0);
+    assert_true(st_test_prefix_of(&sr, ref[1], n_ref[1], 8));
+    assert_int_equal(st_client_cancel(c, "long"), 0);
+    assert_int_equal(st_test_wait(c, "long", &lr, 10000), 0);
+    assert_int_equal(lr.code, ST_CLIENT_ERR_CANCELLED);
+    st_client_close(&c);
+}
+
+static void test_retry_runs_once(void **state)
+{
+    (void)state;
+    struct st_client *c = st_test_client(&S, "retry-client");
+    assert_non_null(c);
+    struct st_client_stats st0, st1;
+    assert_int_equal(st_client_stats(c, &st0, 5000), 1);
+    static struct st_test_result a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(st_test_submit(c, "once", prompts[3], 40, false), 0);
+    assert_int_equal(st_test_wait(c, "once", &a, 30000), 0);
+    st_client_close(&c);
+    // The same client identity over a new connection retries: it gets the
+    // whole output again (one chunk from offset 0) and the same Done.
+    c = st_test_client(&S, "retry-client");
+    assert_non_null(c);
+    assert_int_equal(st_test_submit(c, "once", prompts[3], 40, false), 0);
+    assert_int_equal(st_test_wait(c, "once", &b, 30000), 0);
+    assert_int_equal(b.code, 0);
+    assert_int_equal(b.chunks, 1);
+    assert_int_equal(b.n, a.n);
+    assert_memory_equal(b.ids, a.ids, a.n * sizeof *a.ids);
+    assert_int_equal(b.done.tokens, a.done.tokens);
+    assert_true(b.done.seconds == a.done.seconds);
+    assert_int_equal(st_client_stats(c, &st1, 5000), 1);
+    assert_int_equal(st1.requests_done - st0.requests_done, 1);
+    // The same id with other content is refused.
+    memset(&b, 0, sizeof b);
+    assert_int_equal(st_test_submit(c, "once", prompts[3], 41, false), 0);
+    assert_int_equal(st_test_wait(c, "once", &b, 30000), 0);
+    assert_int_equal(b.code, ST_CLIENT_ERR_DUPLICATE);
+    st_client_close(&c);
+}
+
+static void test_stats_prom_health(void **state)
+{
+    (void)state;
+    char out[32768];
+    const char *prom[] = {"client", "--connect", S.endpoint, "--stats", "--prom", NULL};
+    assert_int_equal(st_test_run(prom, out, sizeof out), 0);
+    assert_non_null(strstr(out, "# TYPE subternary_requests_done_total counter\n"));
+    assert_non_null(strstr(out, "subternary_slots 4\n"));
+    assert_non_null(strstr(out, "subternary_node_sessions{node=\"0\"} 0\n"));
+    const char *tag = "\nsubternary_requests_done_total ";
+    const char *at = strstr(out, tag);
+    assert_non_null(at);
+    assert_true(strtoull(at + strlen(tag), NULL, 10) >= 3);
+    at = strstr(out, "\nsubternary_acceptance ");
+    assert_non_null(at);
+    double acc = strtod(at + strlen("\nsubternary_acceptance "), NULL);
+    assert_true(acc > 0 && acc <= 1);
+    const char *human[] = {"client", "--connect", S.endpoint, "--stats", NULL};
+    assert_int_equal(st_test_run(human, out, sizeof out), 0);
+    assert_non_null(strstr(out, "sessions 0 / 4 slots"));
+    assert_non_null(strstr(out, "node 0: 0 sessions / 4 slots, workers 2/2 ready"));
+    const char *health[] = {"client", "--connect", S.endpoint, "--health", NULL};
+    assert_int_equal(st_test_run(health, out, sizeof out), 0);
+    assert_true(!strncmp(out, "ok: workers 2/2 ready", 21));
+}
+
+static void test_deadline_and_cli_cancel(void **state)
+{
+    (void)state;
+    struct st_client *c = st_test_client(&S, NULL);
+    assert_non_null(c);
+    uint32_t ids[] = {1, 300, 436, 102, 468, 497, 279, 476, 186, 242, 27};
+    struct st_client_request q = {.request_id = "late", .prompt_ids = ids, .n_prompt_ids = 11, .max_tokens = 3000,
+                                  .ignore_eos = true, .deadline_ms = 60};
+    static struct st_test_result r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(st_client_submit(c, &q), 0);
+    assert_int_equal(st_test_wait(c, "late", &r, 10000), 0);
+    assert_int_equal(r.code, ST_CLIENT_ERR_DEADLINE_EXCEEDED);
+    assert_true(r.n < 3000);
+    assert_true(r.n > 0 && agrees(&r, 0));
+    st_client_close(&c);
+    // The command-line client's --cancel-after: exit code 3, cancelled.
+    char out[65536];
+    const char *cli[] = {"client", "--connect", S.endpoint, "--tokens", prompts[0], "-n", "3000", "--ignore-eos",
+                         "--cancel-after", "5", "--ids", NULL};
+    assert_int_equal(st_test_run(cli, out, sizeof out), 3);
+    // Busy, bad options: their own exit codes.
+    const char *bad[] = {"client", "--connect", S.endpoint, "--temp", "-3", "--tokens", "1,2", NULL};
+    assert_int_equal(st_test_run(bad, out, sizeof out), 2);
+    const char *inval[] = {"client", "--connect", S.endpoint, "--tokens", "1,2,9999", NULL};
+    assert_int_equal(st_test_run(inval, out, sizeof out), 1);
+}
+
+static void test_two_nodes(void **state)
+{
+    (void)state;
+    // Two virtual nodes of one worker each, one slot per node: two sessions
+    // are placed one per node.
+    struct st_test_server s;
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", NULL};
+    assert_int_equal(st_test_server_start(&s, args), 0);
+    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
+    static struct st_test_result ra, rb, rc;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    memset(&rc, 0, sizeof rc);
+    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
+    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
+    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    struct st_client_stats st;
+    assert_int_equal(st_client_stats(a, &st, 5000), 1);
+    assert_int_equal(st.n_nodes, 2);
+    assert_int_equal(st.slots, 2);
+    assert_int_equal(st.nodes[0].sessions, 1);
+    assert_int_equal(st.nodes[1].sessions, 1);
+    assert_int_equal(st.nodes[0].workers, 1);
+    assert_int_equal(st_client_cancel(a, "n0"), 0);
+    assert_int_equal(st_client_cancel(b, "n1"), 0);
+    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
+    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
+    // Greedy output does not depend on the node.
+    assert_true(agrees(&ra, 0));
+    assert_true(agrees(&rb, 1));
+    assert_int_equal(st_test_submit(a, "after", prompts[2], 32, false), 0);
+    assert_int_equal(st_test_wait(a, "after", &rc, 10000), 0);
+    assert_true(st_test_prefix_of(&rc, ref[2], n_ref[2], 32));
+    st_client_close(&a);
+    st_client_close(&b);
+    assert_int_equal(st_test_server_stop(&s), 0);
+}
+
+static void test_config_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/st-conf-XXXXXX", path[512], out[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/test.conf", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "# a comment\ntarget = a.gguf\n  slots = 3   # trailing comment\nqueue=5\nlisten = ipc:///x/y\n"
+               "quiet = true\n");
+    fclose(f);
+    const char *check[] = {"serve", "--config", path, "--queue", "7", "--check-config", NULL};
+    assert_int_equal(st_test_run(check, out, sizeof out), 0);
+    assert_non_null(strstr(out, "target = a.gguf\n"));
+    assert_non_null(strstr(out, "slots = 3\n"));
+    assert_non_null(strstr(out, "queue = 7\n")); // the command line wins
+    assert_non_null(strstr(out, "listen = ipc:///x/y\n"));
+    assert_non_null(strstr(out, "quiet = true\n"));
+    f = fopen(path, "w");
+    fprintf(f, "slots = many\n");
+    fclose(f);
+    assert_int_equal(st_test_run(check, out, sizeof out), 2);
+    f = fopen(path, "w");
+    fprintf(f, "no-such-option = 1\n");
+    fclose(f);
+    assert_int_equal(st_test_run(check, out, sizeof out), 2);
+    unlink(path);
+    rmdir(dir);
+    // The documented deployment file parses.
+    const char *deploy[] = {"serve", "--config", "deploy/subternary.conf", "--check-config", NULL};
+    assert_int_equal(st_test_run(deploy, out, sizeof out), 0);
+    assert_non_null(strstr(out, "listen = "));
+}
+
+static void test_ipc_endpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/st-ipc-XXXXXX", ep[600];
+    assert_non_null(mkdtemp(dir));
+    // A directory others may enter is refused.
+    chmod(dir, 0755);
+    printf("  (a refused start follows: expected)\n");
+    fflush(stdout);
+    snprintf(ep, sizeof ep, "ipc://%s/sock", dir);
+    struct st_test_server s;
+    const char *args[] = {"--listen", ep, NULL};
+    assert_int_equal(st_test_server_start(&s, args), -1);
+    // 0700: served.
+    chmod(dir, 0700);
+    assert_int_equal(st_test_server_start(&s, args), 0);
+    assert_string_equal(s.endpoint, ep);
+    struct st_client *c = st_test_client(&s, NULL);
+    assert_non_null(c);
+    static struct st_test_result r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(st_test_submit(c, "ipc", prompts[0], 16, false), 0);
+    assert_int_equal(st_test_wait(c, "ipc", &r, 30000), 0);
+    assert_true(st_test_prefix_of(&r, ref[0], n_ref[0], 16));
+    st_client_close(&c);
+    assert_int_equal(st_test_server_stop(&s), 0);
+    struct stat sb;
+    char sock[600];
+    snprintf(sock, sizeof sock, "%s/sock", dir);
+    assert_int_equal(stat(sock, &sb), -1); // the socket file went with the server
+    rmdir(dir);
+}
+
+static void test_shutdown(void **state)
+{
+    (void)state;
+    struct st_test_server s;
+    assert_int_equal(st_test_server_start(&s, NULL), 0);
+    pid_t kids[16];
+    int n = st_test_children(s.pid, " worker ", kids, 16);
+    assert_true(n >= 2);
+    // The run directory: the workers' --endpoint ipc://DIR/node0.
+    char cmd[64], buf[2048], rundir[1024] = "";
+    snprintf(cmd, sizeof cmd, "/proc/%d/cmdline", (int)kids[0]);
+    FILE *f = fopen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i + 1 < len; i++)
+        if (!strcmp(buf + i, "--endpoint")) {
+            const char *ep = buf + i + strlen("--endpoint") + 1;
+            if (!strncmp(ep, "ipc://", 6)) snprintf(rundir, sizeof rundir, "%s", ep + 6);
+            break;
+        }
+    char *slash = strrchr(rundir, '/');
+    assert_non_null(slash);
+    *slash = 0;
+    struct stat sb;
+    assert_int_equal(stat(rundir, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    // A request in flight when SIGTERM comes gets an error, not silence.
+    struct st_client *c = st_test_client(&s, NULL);
+    static struct st_test_result r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(st_test_submit(c, "late", prompts[0], 3000, true), 0);
+    while (!r.chunks) assert_int_equal(st_test_pump(c, "late", &r, 10000), 1);
+    kill(s.pid, SIGTERM);
+    assert_int_equal(st_test_wait(c, "late", &r, 10000), 0);
+    assert_int_equal(r.code, ST_CLIENT_ERR_SHUTTING_DOWN);
+    st_client_close(&c);
+    assert_int_equal(st_test_server_stop(&s), 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(cmd, sizeof cmd, "/proc/%d/cmdline", (int)kids[i]);
+        f = fopen(cmd, "r");
+        if (f) { // still there: say which
+            len = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            for (size_t k = 0; k < len; k++) buf[k] = buf[k] ? buf[k] : ' ';
+            buf[len] = 0;
+            snprintf(cmd, sizeof cmd, "/proc/%d/stat", (int)kids[i]);
+            char st[256] = "";
+            FILE *g = fopen(cmd, "r");
+            if (g) {
+                size_t m = fread(st, 1, sizeof st - 1, g);
+                st[m] = 0;
+                fclose(g);
+            }
+            fprintf(stderr, "worker %d still there after the server stopped: %s | %s\n", (int)kids[i], buf, st);
+        }
+        assert_null(f); // workers gone
+    }
+    assert_int_equal(stat(rundir, &sb), -1); // run directory removed
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    int last[N_PROMPTS] = {27, 28, 100, 200};
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(prompts[i], sizeof prompts[i], "1,300,436,102,468,497,279,476,186,242,%d", last[i]);
+        char n[16];
+        snprintf(n, sizeof n, "%d", REF_TOKENS);
+        const char *args[] = {"--tokens", prompts[i], "-n", n, "--ids", NULL};
+        n_ref[i] = st_test_reference(args, &ref[i]);
+        if (n_ref[i] < 8) {
+            fprintf(stderr, "reference %d: %d ids\n", i, n_ref[i]);
+            return -1;
+        }
+    }
+    const char *args[] = {"--slots", "4", "--queue", "8", NULL};
+    return st_test_server_start(&S, args);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bool alive = st_test_server_alive(&S);
+    int rc = st_test_server_stop(&S);
+    for (int i = 0; i < N_PROMPTS; i++) free(ref[i]);
+    if (!alive || rc != 0) {
+        fprintf(stderr, "server: alive %d, exit %d\n", alive, rc);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_matches_generate),
+        cmocka_unit_test(test_sixteen_clients),
+        cmocka_unit_test(test_fairness),
+        cmocka_unit_test(test_retry_runs_once),
+        cmocka_unit_test(test_stats_prom_health),
+        cmocka_unit_test(test_deadline_and_cli_cancel),
+        cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_ipc_endpoint),
+        cmocka_unit_test(test_shutdown),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
