@@ -47,6 +47,9 @@ struct st_engine_node {
     int cpus[ST_SET_MAX_RANKS];
     uint32_t sessions;       // placed here
     char endpoint[256];
+    // Measured step costs, shared by the sessions of this node (adaptive K):
+    double ema_ar;           // seconds of a target-only decode step
+    double ema_round[33];    // seconds of a round with K drafts
 };
 
 struct st_engine {

@@ -23,8 +23,6 @@ struct st_session {
     uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
     uint32_t n_window;
     double ema_accept;        // per-token acceptance estimate
-    double ema_ar;            // seconds of a target-only step
-    double ema_round[33];     // seconds of a round of K drafts
     float *resid;             // [n_vocab]
     char *text;               // detokenised output (stop strings)
     size_t text_len, text_cap;
@@ -166,30 +164,33 @@ int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, cons
 // Expected tokens per second of a round with K drafts at acceptance a.
 static double rate(const struct st_session *s, uint32_t K)
 {
+    const struct st_engine_node *nd = &s->eng->node[s->node];
     double a = s->ema_accept < 0.999 ? s->ema_accept : 0.999;
     double tokens = (1 - pow(a, K + 1)) / (1 - a);
-    double t = s->ema_round[K];
+    double t = nd->ema_round[K];
     if (t <= 0) { // not measured: a draft forward costs about its share of bytes
         const struct st_engine *eng = s->eng;
         double ratio = (double)eng->draft->gguf->size / (double)eng->target->gguf->size;
-        t = s->ema_ar * (1 + 0.08 * K) + K * s->ema_ar * ratio;
+        t = nd->ema_ar * (1 + 0.08 * K) + K * nd->ema_ar * ratio;
     }
     return tokens / t;
 }
 
 static uint32_t choose_k(struct st_session *s, uint32_t room)
 {
+    const struct st_engine_node *nd = &s->eng->node[s->node];
     uint32_t kmax = s->eng->k_max < room ? s->eng->k_max : room;
     if (s->gp.k) return s->gp.k < kmax ? s->gp.k : kmax;
-    if (s->ema_ar <= 0) return kmax < 4 ? kmax : 4;
+    if (nd->ema_ar <= 0) return kmax < 4 ? kmax : 4;
     uint32_t best = 1;
     double br = 0;
     for (uint32_t K = 1; K <= kmax; K++) {
         double r = rate(s, K);
         if (r > br) br = r, best = K;
     }
-    // Explore a neighbour now and then so unmeasured K get measured.
-    if (s->st.rounds % 8 == 7 && best < kmax) best++;
+    // Explore a neighbour now and then so the costs of other K get measured.
+    if (s->st.rounds % 8 == 3 && best < kmax) best++;
+    else if (s->st.rounds % 8 == 7 && best > 1) best--;
     return best;
 }
 
@@ -280,6 +281,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     bool greedy = st_sampling_greedy(&s->gp.sampling);
     bool probe = s->gp.speculate && !s->drafting && ++s->rounds_since_probe >= 16;
     bool spec = s->gp.speculate && (s->drafting || probe);
+    // Adaptive K needs the cost of a target-only step: measure it once per node.
+    if (spec && !s->gp.k && nd->ema_ar <= 0) spec = false;
     uint32_t K = spec ? choose_k(s, room) : 0;
     if (K == 0) spec = false;
     uint64_t seed = mix(s->gp.seed, s->st.rounds + ((uint64_t)s->id << 32));
@@ -353,12 +356,12 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.accepted += m;
         s->st.k_sum += K;
         s->st.draft_seconds += dt; // fused round: draft and verify together
-        if (s->ema_round[K] <= 0) s->ema_round[K] = dt;
-        else s->ema_round[K] = 0.7 * s->ema_round[K] + 0.3 * dt;
+        if (nd->ema_round[K] <= 0) nd->ema_round[K] = dt;
+        else nd->ema_round[K] = 0.7 * nd->ema_round[K] + 0.3 * dt;
         governor_update(s, K, m, probe);
     } else {
         s->st.verify_seconds += dt;
-        s->ema_ar = s->ema_ar > 0 ? 0.7 * s->ema_ar + 0.3 * dt : dt;
+        nd->ema_ar = nd->ema_ar > 0 ? 0.7 * nd->ema_ar + 0.3 * dt : dt;
         if (s->gp.speculate) s->st.suspended_rounds++;
     }
     s->t = t + m + 1;
