@@ -20,6 +20,7 @@ struct st_session {
     bool prefilled;
     bool drafting;            // governor state
     uint32_t rounds_since_probe;
+    uint32_t probe_every;     // target-only steps between probes: doubles after each failed probe
     uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
     uint32_t n_window;
     double ema_accept;        // per-token acceptance estimate
@@ -83,6 +84,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     s->n_tokens = s->n_prompt = n_prompt;
     s->st.prompt_tokens = n_prompt;
     s->drafting = s->gp.speculate;
+    s->probe_every = 16;
     s->ema_accept = 0.7;
     // Place on the node with the fewest sessions.
     uint32_t best = 0;
@@ -195,9 +197,10 @@ static uint32_t choose_k(struct st_session *s, uint32_t room)
 }
 
 // The governor: acceptance (accepted / drafted) over the last rounds.  Below
-// the threshold drafting is suspended; every 16 target-only steps one probe
+// the threshold drafting is suspended; after 16 target-only steps one probe
 // round measures the draft again, and drafting resumes if the probe alone
-// reaches the threshold.
+// reaches the threshold.  Each failed probe doubles the wait (up to 256), so
+// a draft that never agrees costs almost nothing.
 static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool probe)
 {
     // Per-token acceptance: m successes, then one failure unless all passed.
@@ -211,8 +214,12 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool p
     uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW, acc = 0, drafted = 0;
     for (uint32_t i = 0; i < n; i++) acc += s->win_acc[i], drafted += s->win_k[i];
     bool pays = acc >= s->gp.governor_threshold * drafted;
-    if (probe) s->drafting = pays;
-    else if (n >= 3 && !pays) s->drafting = false; // three rounds are enough to see a collapse
+    if (probe) {
+        s->drafting = pays;
+        s->probe_every = pays ? 16 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
+    } else if (n >= 3 && !pays) {
+        s->drafting = false; // three rounds are enough to see a collapse
+    }
     if (!s->drafting) s->rounds_since_probe = 0;
 }
 
@@ -279,7 +286,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         return 0;
     }
     bool greedy = st_sampling_greedy(&s->gp.sampling);
-    bool probe = s->gp.speculate && !s->drafting && ++s->rounds_since_probe >= 16;
+    bool probe = s->gp.speculate && !s->drafting && ++s->rounds_since_probe >= s->probe_every;
     bool spec = s->gp.speculate && (s->drafting || probe);
     // Adaptive K needs the cost of a target-only step: measure it once per node.
     if (spec && !s->gp.k && nd->ema_ar <= 0) spec = false;
@@ -392,6 +399,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->n_tokens = s->n_prompt;
     s->drafting = s->gp.speculate;
     s->rounds_since_probe = 0;
+    s->probe_every = 16;
     s->n_window = 0;
     s->ema_accept = 0.7;
     s->text_len = 0;
