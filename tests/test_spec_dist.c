@@ -102,14 +102,22 @@ static double first_token_test(const struct st_sampling *smp, bool broken, uint3
     return stat / crit; // < 1: passes
 }
 
+// ST_DIST_SCALE (0 < s <= 1) shrinks every sample count, for quick local runs.
+static uint32_t scaled(uint32_t n)
+{
+    const char *v = getenv("ST_DIST_SCALE");
+    double s = v ? atof(v) : 1.0;
+    return s > 0 && s < 1 ? (uint32_t)(n * s) : n;
+}
+
 static void test_first_token(void **state)
 {
     (void)state;
     struct st_sampling cfg[4] = {{0.7f, 0, 0, 0}, {1.5f, 0, 0, 0}, {0.7f, 40, 0, 0}, {1.5f, 0, 0.9f, 0}};
     double kl;
-    for (int i = 0; i < 4; i++) assert_true(first_token_test(&cfg[i], false, i < 2 ? N_FIRST : N_FIRST_FILTERED, &kl) < 1.0);
+    for (int i = 0; i < 4; i++) assert_true(first_token_test(&cfg[i], false, scaled(i < 2 ? N_FIRST : N_FIRST_FILTERED), &kl) < 1.0);
     // Negative control: keeping every draft token is not speculative sampling.
-    assert_true(first_token_test(&cfg[1], true, N_FIRST_FILTERED, &kl) > 1.0);
+    assert_true(first_token_test(&cfg[1], true, scaled(N_FIRST_FILTERED), &kl) > 1.0);
 }
 
 // Joint law of the first 4 tokens: speculative vs autoregressive samples.
@@ -146,19 +154,20 @@ static void test_joint4(void **state)
     (void)state;
     struct st_sampling cfg[2] = {{0.7f, 0, 0, 0}, {1.5f, 40, 0, 0}};
     for (int c = 0; c < 2; c++) {
-        struct seq *all = malloc(2 * N_JOINT * sizeof *all);
+        uint32_t nj = scaled(N_JOINT);
+        struct seq *all = malloc(2 * nj * sizeof *all);
         struct st_gen_params gp = {.max_tokens = 4, .sampling = cfg[c], .k = 3};
         gp.speculate = false;
-        sample4(&gp, all, N_JOINT, 11, true);
+        sample4(&gp, all, nj, 11, true);
         gp.speculate = true;
-        sample4(&gp, all + N_JOINT, N_JOINT, 99991, false);
-        qsort(all, 2 * N_JOINT, sizeof *all, cmp_seq);
+        sample4(&gp, all + nj, nj, 99991, false);
+        qsort(all, 2 * nj, sizeof *all, cmp_seq);
         // Two-sample chi-square over sequences seen >= 10 times in all; the rest pooled.
         double stat = 0, ra = 0, rb = 0;
         int bins = 0;
-        for (uint32_t i = 0; i < 2 * N_JOINT;) {
+        for (uint32_t i = 0; i < 2 * nj;) {
             uint32_t j = i, a = 0, b = 0;
-            while (j < 2 * N_JOINT && !cmp_seq(&all[i], &all[j])) a += all[j].a, b += all[j].b, j++;
+            while (j < 2 * nj && !cmp_seq(&all[i], &all[j])) a += all[j].a, b += all[j].b, j++;
             if (a + b >= 10) {
                 stat += ((double)a - b) * ((double)a - b) / (a + b);
                 bins++;
