@@ -5,48 +5,59 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/model_tools.h"
 #include "kernels/types.h"
 #include "model/synth.h"
 
+static void shape_line(FILE *f, const char *preset, const char *role, const char *name)
+{
+    const struct st_synth_shape *s = st_synth_shape_find(name);
+    fprintf(f, "  %-6s %-6s %-10s dim %u, %u layers, %u/%u heads, ffn %u, %s, eps %g\n", preset, role, s->name, s->dim,
+            s->n_layer, s->n_head, s->n_head_kv, s->n_ff, st_type_name((uint32_t)s->type), s->eps);
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: subternary model gen [--preset P] [--out-target T.gguf] [--out-draft D.gguf] [options]\n"
-            "\n"
-            "Writes a synthetic Llama target/draft pair with random full-size weights whose\n"
-            "greedy agreement is set by eps (see model/synth.h).  Only the files named are\n"
-            "written; the two models of a pair share the seed, so a model written alone is\n"
-            "the same as when written with its partner.\n"
-            "\n"
-            "presets (target shape; its draft shape):\n"
-            "  demo   target dim 1024, 12 layers, 16/4 heads, ffn 2816, Q8_0, eps 5.0\n"
-            "         draft  demo-draft: dim 512, 2 layers, 8/4 heads, ffn 1536, Q4_0, eps 3.5\n"
-            "  l3b    target dim 3072, 28 layers, 24/8 heads, ffn 8192, F16, eps 10 (Llama-3.2-3B shape)\n"
-            "         draft  l1b: dim 2048, 16 layers, 32/8 heads, ffn 8192, F16, eps 8 (Llama-3.2-1B shape)\n"
-            "  l1b    target l1b; draft demo-draft\n"
-            "  --draft-shape S   another draft shape (%s)\n"
-            "\n"
-            "shared options:\n"
-            "  --vocab N           our own SentencePiece-style vocabulary of N tokens (default 32000)\n"
-            "  --vocab-from F      copy the tokenizer of GGUF file F instead\n"
-            "  --seed S            pair seed (default 1)\n"
-            "  --measure N         afterwards, measure greedy acceptance over N generated tokens\n"
-            "                      with the reference forward pass (slow for large models)\n"
-            "  --k K               drafts per round for --measure (default 4)\n"
-            "  --quiet             no progress bar, no notes\n"
-            "per-model options: --X V sets both models, --target-X V / --draft-X V one of them:\n"
-            "  eps E, gain G (default 3), type T, attn-type T, mlp-type T, embd-type T, output-type T\n"
-            "  (types: %s), dim N, layers N, heads N, kv-heads N, ffn N, ctx N\n"
-            "e.g. subternary model gen --preset demo --out-target models/demo-target.q8_0.gguf \\\n"
-            "         --out-draft models/demo-draft.q4_0.gguf\n",
+    fprintf(f, "usage: subternary model gen [--preset P] [--out-target T.gguf] [--out-draft D.gguf] [options]\n"
+               "\n"
+               "Writes a synthetic Llama target/draft pair with random full-size weights whose\n"
+               "greedy agreement is set by eps (see model/synth.h).  Only the files named are\n"
+               "written; a model written alone is the same as when written with its partner.\n"
+               "\n"
+               "presets (greedy acceptance about 0.75 at K=4 with 32000 tokens):\n");
+    const char *presets[] = {"demo", "l3b", "l1b"};
+    for (int i = 0; i < 3; i++) {
+        const struct st_synth_shape *s = st_synth_shape_find(presets[i]);
+        shape_line(f, s->name, "target", s->name);
+        shape_line(f, "", "draft", s->draft);
+    }
+    fprintf(f, "  (l3b and l1b are the Llama-3.2-3B and -1B shapes)\n"
+               "  --draft-shape S     another draft shape (%s)\n"
+               "\n"
+               "shared options:\n"
+               "  --vocab N           our own SentencePiece-style vocabulary of N tokens (default 32000)\n"
+               "  --vocab-from F      copy the tokenizer of GGUF file F instead\n"
+               "  --seed S            pair seed (default 1)\n"
+               "  --measure N         then measure greedy acceptance over N generated tokens with the\n"
+               "                      reference forward pass (slow beyond demo sizes)\n"
+               "  --k K               drafts per round for --measure (default 4)\n"
+               "  --quiet             no progress bar, no notes\n"
+               "per-model options: --X V sets both models, --target-X V / --draft-X V one of them:\n"
+               "  eps E, gain G (default 3), attn-sharpness A (default 10),\n"
+               "  type T, attn-type T, mlp-type T, embd-type T, output-type T\n"
+               "  (%s; ternary types keep token_embd and output at Q8_0 unless set),\n"
+               "  dim N, layers N, heads N, kv-heads N, ffn N, ctx N\n"
+               "e.g. subternary model gen --preset demo --out-target models/demo-target.q8_0.gguf \\\n"
+               "         --out-draft models/demo-draft.q4_0.gguf\n",
             st_synth_shape_list(), st_quant_type_list());
 }
 
 static const char *const model_opts[] = {"eps", "gain", "type", "attn-type", "mlp-type", "embd-type",
-                                         "output-type", "dim", "layers", "heads", "kv-heads", "ffn", "ctx"};
+                                         "output-type", "dim", "layers", "heads", "kv-heads", "ffn", "ctx",
+                                         "attn-sharpness"};
 
 static int parse_u32(const char *opt, const char *s, uint32_t *v)
 {
@@ -86,6 +97,7 @@ static int apply(struct st_synth_model *m, const char *name, const char *val)
     struct st_synth_shape *s = &m->shape;
     if (!strcmp(name, "eps")) return parse_f32(opt, val, &s->eps);
     if (!strcmp(name, "gain")) return parse_f32(opt, val, &m->gain);
+    if (!strcmp(name, "attn-sharpness")) return parse_f32(opt, val, &m->attn_sharpness);
     if (!strcmp(name, "dim")) return parse_u32(opt, val, &s->dim);
     if (!strcmp(name, "layers")) return parse_u32(opt, val, &s->n_layer);
     if (!strcmp(name, "heads")) return parse_u32(opt, val, &s->n_head);
@@ -101,6 +113,7 @@ static void model_init(struct st_synth_model *m, const struct st_synth_shape *s,
     m->shape = *s;
     m->role = role;
     m->gain = 3.0f;
+    m->attn_sharpness = 10.0f;
     st_quant_plan_init(&m->plan, s->type);
 }
 
@@ -121,12 +134,8 @@ static int write_one(const char *path, struct st_synth_model *m, const struct st
         return -1;
     }
     double dt = now() - t0;
-    struct st_gguf *g;
-    double mib = 0;
-    if (st_gguf_open(path, &g, &e) == 0) {
-        mib = g->size / 1048576.0;
-        st_gguf_close(&g);
-    }
+    struct stat st;
+    double mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0.0;
     const struct st_synth_shape *s = &m->shape;
     printf("%s: %s %s, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u, eps %g, %s: %.1f MiB in %.1f s (%.0f MiB/s)\n",
            path, s->name, m->role, s->dim, s->n_layer, s->n_head, s->n_head_kv, s->n_ff, v->n, s->eps,
