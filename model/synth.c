@@ -17,7 +17,7 @@
 // of about 0.75 at K = 4 with 32000 tokens.  Measured over 200 tokens
 // (acceptance varies by +-0.05 from seed to seed):
 //   demo + demo-draft  0.73 (reference forward pass, seed 1; 0.71-0.80 over seeds 2-4)
-//   l3b + l1b          0.73 (a float forward pass over Q8_0 files, seed 1)
+//   l3b + l1b          0.73, 0.74 (seeds 1, 2; a float forward pass over Q8_0 files)
 // Agreement falls steeply with eps: l3b/l1b at 8.4/6.8 give 0.86, at 8.7/7.1 0.70.
 static const struct st_synth_shape shapes[] = {
     {"demo", 1024, 12, 16, 4, 2816, 4096, 10000.0f, 5.0f, ST_TYPE_Q8_0, "demo-draft"},
