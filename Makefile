@@ -28,10 +28,11 @@ TEST_SUPPORT_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/support/*.c))
 
 ST_SHARED ?= ../shared
 export ST_SHARED
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all deps test test-plain asan fuzz run models clean bench
 all: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 
 build-all: $(BUILD)/subternary $(TEST_BIN)
 
@@ -73,16 +74,16 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libsubternary.
 # `make test`: every test against the plain build, then the unit tests under
 # ASan+UBSan (a second build tree), then a summary line.
 test: deps
-	@$(MAKE) --no-print-directory build-all
-	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=address,undefined build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-asan SANITIZE=address,undefined build-all
 	@scripts/run-tests.sh build build-asan
 
 test-plain: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 	@scripts/run-tests.sh build
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=address,undefined build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-asan SANITIZE=address,undefined build-all
 	@scripts/run-tests.sh build-asan
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS.
@@ -91,7 +92,7 @@ fuzz: deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 models: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 	@scripts/make-models.sh
 
 run: models
