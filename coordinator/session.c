@@ -217,8 +217,8 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool p
     if (probe) {
         s->drafting = pays;
         s->probe_every = pays ? 16 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
-    } else if (n >= 3 && !pays) {
-        s->drafting = false; // three rounds are enough to see a collapse
+    } else if (n >= 2 && !pays) {
+        s->drafting = false; // two rounds are enough to see a collapse
     }
     if (!s->drafting) s->rounds_since_probe = 0;
 }
@@ -306,8 +306,10 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     struct st_step_result res;
     double t0 = now_s();
     if (spec) {
-        // Catch the draft up on tokens it has not seen (after suspended rounds).
-        if (s->t > s->dc + 1) {
+        // The draft catches up on the tokens it has not seen (after suspended
+        // rounds) inside the round's first forward; only a backlog longer
+        // than a forward's rows takes a prefill step first.
+        if (s->t - s->dc + 1 > eng->m_max) {
             if (prefill_model(s, ST_MODEL_DRAFT, s->dc, s->t, e)) return -1;
             s->dc = s->t;
         }
