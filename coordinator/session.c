@@ -84,7 +84,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     s->n_tokens = s->n_prompt = n_prompt;
     s->st.prompt_tokens = n_prompt;
     s->drafting = s->gp.speculate;
-    s->probe_every = 16;
+    s->probe_every = 32;
     s->ema_accept = 0.7;
     // Place on the node with the fewest sessions.
     uint32_t best = 0;
@@ -197,10 +197,10 @@ static uint32_t choose_k(struct st_session *s, uint32_t room)
 }
 
 // The governor: acceptance (accepted / drafted) over the last rounds.  Below
-// the threshold drafting is suspended; after 16 target-only steps one probe
-// round measures the draft again, and drafting resumes if the probe alone
-// reaches the threshold.  Each failed probe doubles the wait (up to 256), so
-// a draft that never agrees costs almost nothing.
+// the threshold drafting is suspended; after 32 target-only steps one probe
+// round (K <= 2) measures the draft again, and drafting resumes if the probe
+// alone reaches the threshold.  Each failed probe doubles the wait (up to
+// 256), so a draft that never agrees costs almost nothing.
 static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool probe)
 {
     // Per-token acceptance: m successes, then one failure unless all passed.
@@ -216,7 +216,7 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool p
     bool pays = acc >= s->gp.governor_threshold * drafted;
     if (probe) {
         s->drafting = pays;
-        s->probe_every = pays ? 16 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
+        s->probe_every = pays ? 32 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
     } else if (n >= 2 && !pays) {
         s->drafting = false; // two rounds are enough to see a collapse
     }
@@ -291,6 +291,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     // Adaptive K needs the cost of a target-only step: measure it once per node.
     if (spec && !s->gp.k && nd->ema_ar <= 0) spec = false;
     uint32_t K = spec ? choose_k(s, room) : 0;
+    if (probe && K > 2) K = 2; // a probe only measures acceptance: keep it cheap
     if (K == 0) spec = false;
     uint64_t seed = mix(s->gp.seed, s->st.rounds + ((uint64_t)s->id << 32));
     Subternary__Sampling sm;
@@ -401,7 +402,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->n_tokens = s->n_prompt;
     s->drafting = s->gp.speculate;
     s->rounds_since_probe = 0;
-    s->probe_every = 16;
+    s->probe_every = 32;
     s->n_window = 0;
     s->ema_accept = 0.7;
     s->text_len = 0;
