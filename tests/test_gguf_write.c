@@ -18,17 +18,6 @@
 #include "model/gguf_write.h"
 #include "tests/support/test_support.h"
 
-static char dir[] = "/tmp/st_test_gguf_write.XXXXXX";
-
-static const char *tmp(const char *name)
-{
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 static bool exists(const char *path)
 {
     struct stat st;
@@ -226,13 +215,13 @@ static void check_full(const char *path, uint32_t alignment)
 static void test_round_trip(void **state)
 {
     (void)state;
-    write_full(tmp("a.gguf"), 0, 0);
-    check_full(tmp("a.gguf"), 32);
-    assert_false(exists(tmp("a.gguf.part")));
-    write_full(tmp("b.gguf"), 64, 0);
-    check_full(tmp("b.gguf"), 64);
-    write_full(tmp("c.gguf"), 4096, 0);
-    check_full(tmp("c.gguf"), 4096);
+    write_full(st_tmp("a.gguf"), 0, 0);
+    check_full(st_tmp("a.gguf"), 32);
+    assert_false(exists(st_tmp("a.gguf.part")));
+    write_full(st_tmp("b.gguf"), 64, 0);
+    check_full(st_tmp("b.gguf"), 64);
+    write_full(st_tmp("c.gguf"), 4096, 0);
+    check_full(st_tmp("c.gguf"), 4096);
 }
 
 // The data may come in any pieces: the bytes written do not change.
@@ -240,12 +229,12 @@ static void test_pieces(void **state)
 {
     (void)state;
     size_t na, nb;
-    write_full(tmp("whole.gguf"), 0, 0);
-    uint8_t *a = slurp(tmp("whole.gguf"), &na);
+    write_full(st_tmp("whole.gguf"), 0, 0);
+    uint8_t *a = slurp(st_tmp("whole.gguf"), &na);
     size_t pieces[] = {1, 7, 33, 1000};
     for (size_t i = 0; i < 4; i++) {
-        write_full(tmp("pieces.gguf"), 0, pieces[i]);
-        uint8_t *b = slurp(tmp("pieces.gguf"), &nb);
+        write_full(st_tmp("pieces.gguf"), 0, pieces[i]);
+        uint8_t *b = slurp(st_tmp("pieces.gguf"), &nb);
         assert_int_equal(na, nb);
         assert_memory_equal(a, b, na);
         free(b);
@@ -287,9 +276,9 @@ static void test_copy_is_identical(void **state)
         char path[1024];
         st_test_shared(files[i], path, sizeof path);
         if (!exists(path)) continue;
-        copy_file(path, tmp("copy.gguf"));
+        copy_file(path, st_tmp("copy.gguf"));
         size_t na, nb;
-        uint8_t *a = slurp(path, &na), *b = slurp(tmp("copy.gguf"), &nb);
+        uint8_t *a = slurp(path, &na), *b = slurp(st_tmp("copy.gguf"), &nb);
         if (na != nb || memcmp(a, b, na)) fail_msg("%s: our copy differs from llama.cpp's file", files[i]);
         free(a);
         free(b);
@@ -298,10 +287,10 @@ static void test_copy_is_identical(void **state)
     printf("  %d shared files reproduced byte for byte\n", n);
     assert_true(n >= 5);
     // And our own output, read back and copied, is stable.
-    write_full(tmp("own.gguf"), 64, 0);
-    copy_file(tmp("own.gguf"), tmp("own2.gguf"));
+    write_full(st_tmp("own.gguf"), 64, 0);
+    copy_file(st_tmp("own.gguf"), st_tmp("own2.gguf"));
     size_t na, nb;
-    uint8_t *a = slurp(tmp("own.gguf"), &na), *b = slurp(tmp("own2.gguf"), &nb);
+    uint8_t *a = slurp(st_tmp("own.gguf"), &na), *b = slurp(st_tmp("own2.gguf"), &nb);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, na);
     free(a);
@@ -317,31 +306,31 @@ static void test_errors(void **state)
     // A row length that does not fit the block: reported at begin, no file.
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "bad", ST_TYPE_Q8_0, 2, ne), -1);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e1.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e1.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "not a multiple"));
-    assert_false(exists(tmp("e1.gguf.part")));
+    assert_false(exists(st_tmp("e1.gguf.part")));
     st_gguf_writer_free(&w);
     // Duplicate tensor names, empty keys, unsupported types.
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "t", ST_TYPE_Q8_0, 2, ok), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "t", ST_TYPE_F32, 2, ok), -1);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e2.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e2.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "duplicate tensor name 't'"));
     st_gguf_writer_free(&w);
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_set_u32(w, "", 1), -1);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e3.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e3.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "empty metadata key"));
     st_gguf_writer_free(&w);
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "t", 3, 2, ok), -1); // Q4_1: not supported
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e4.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e4.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "unsupported type"));
     st_gguf_writer_free(&w);
     // Alignment that is not a power of two.
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_set_u32(w, "general.alignment", 48), 0);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e5.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e5.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "power-of-two"));
     st_gguf_writer_free(&w);
     // Too much data, too little data: errors, and nothing at PATH; freeing
@@ -349,7 +338,7 @@ static void test_errors(void **state)
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "t", ST_TYPE_Q8_0, 2, ok), 0);
     assert_int_equal(st_gguf_writer_add_tensor(w, "u", ST_TYPE_F32, 1, ok), 0);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("e6.gguf"), &e), 0);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("e6.gguf"), &e), 0);
     uint8_t buf[256] = {0};
     assert_int_equal(st_gguf_writer_set_u32(w, "late", 1), -1); // after begin
     assert_int_equal(st_gguf_writer_write(w, buf, 69, &e), -1);
@@ -358,29 +347,15 @@ static void test_errors(void **state)
     assert_int_equal(st_gguf_writer_write(w, buf, 100, &e), 0);
     assert_int_equal(st_gguf_writer_finish(w, &e), -1);
     assert_non_null(strstr(e.msg, "tensor 'u'"));
-    assert_true(exists(tmp("e6.gguf.part")));
-    assert_false(exists(tmp("e6.gguf")));
+    assert_true(exists(st_tmp("e6.gguf.part")));
+    assert_false(exists(st_tmp("e6.gguf")));
     st_gguf_writer_free(&w);
-    assert_false(exists(tmp("e6.gguf.part")));
+    assert_false(exists(st_tmp("e6.gguf.part")));
     // An output directory that does not exist.
     assert_int_equal(st_gguf_writer_new(&w, &e), 0);
-    assert_int_equal(st_gguf_writer_begin(w, tmp("no/such/dir.gguf"), &e), -1);
+    assert_int_equal(st_gguf_writer_begin(w, st_tmp("no/such/dir.gguf"), &e), -1);
     assert_non_null(strstr(e.msg, "open("));
     st_gguf_writer_free(&w);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -391,5 +366,5 @@ int main(void)
         cmocka_unit_test(test_copy_is_identical),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }

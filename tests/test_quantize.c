@@ -16,21 +16,12 @@
 
 #include <cmocka.h>
 
+#include "tests/support/test_support.h"
+
 #include "kernels/types.h"
 #include "model/gguf.h"
 #include "model/quantize.h"
 #include "model/synth.h"
-
-static char dir[] = "/tmp/st_test_quantize.XXXXXX";
-
-static const char *tmp(const char *name)
-{
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 static uint64_t rng = 88172645463325252ull;
 static double uniform(void)
@@ -270,14 +261,14 @@ static void test_quantize_file(void **state)
     struct st_quant_plan p;
     struct st_quant_report rep;
     struct st_gguf *in, *out;
-    make_model(tmp("m.f32.gguf"));
-    assert_int_equal(st_gguf_open(tmp("m.f32.gguf"), &in, &e), 0);
+    make_model(st_tmp("m.f32.gguf"));
+    assert_int_equal(st_gguf_open(st_tmp("m.f32.gguf"), &in, &e), 0);
     // Q8_0 everywhere (matrices), norms F32, metadata copied.
     st_quant_plan_init(&p, ST_TYPE_Q8_0);
-    if (st_quantize_file(tmp("m.f32.gguf"), tmp("m.q8_0.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
+    if (st_quantize_file(st_tmp("m.f32.gguf"), st_tmp("m.q8_0.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
     assert_int_equal(rep.n_fallback, 0);
     assert_int_equal(rep.n_tensors, in->n_tensors);
-    assert_int_equal(st_gguf_open(tmp("m.q8_0.gguf"), &out, &e), 0);
+    assert_int_equal(st_gguf_open(st_tmp("m.q8_0.gguf"), &out, &e), 0);
     for (uint64_t i = 0; i < out->n_tensors; i++)
         assert_int_equal(out->tensors[i].type, out->tensors[i].n_dims == 1 ? ST_TYPE_F32 : ST_TYPE_Q8_0);
     uint32_t ft;
@@ -299,17 +290,17 @@ static void test_quantize_file(void **state)
     check_close(in, out, 0.01);
     st_gguf_close(&out);
     // Quantising our own Q8_0 output to Q8_0 again gives the same file.
-    if (st_quantize_file(tmp("m.q8_0.gguf"), tmp("m.q8_0b.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
+    if (st_quantize_file(st_tmp("m.q8_0.gguf"), st_tmp("m.q8_0b.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", tmp("m.q8_0.gguf"), tmp("m.q8_0b.gguf"));
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", st_tmp("m.q8_0.gguf"), st_tmp("m.q8_0b.gguf"));
     assert_int_equal(system(cmd), 0);
     // Mixed: MLP ternary, attention 8-bit; ffn_down (rows of 352) falls
     // back to Q4_0; embedding and output default to Q8_0.
     st_quant_plan_init(&p, ST_TYPE_TQ2_0);
     assert_int_equal(st_quant_plan_option(&p, "--attn-type", "Q8_0", &e), 0);
-    if (st_quantize_file(tmp("m.f32.gguf"), tmp("m.mix.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
+    if (st_quantize_file(st_tmp("m.f32.gguf"), st_tmp("m.mix.gguf"), &p, false, true, &rep, &e)) fail_msg("%s", e.msg);
     assert_int_equal(rep.n_fallback, 2);
-    assert_int_equal(st_gguf_open(tmp("m.mix.gguf"), &out, &e), 0);
+    assert_int_equal(st_gguf_open(st_tmp("m.mix.gguf"), &out, &e), 0);
     for (uint64_t i = 0; i < out->n_tensors; i++) {
         const struct st_gguf_tensor *t = &out->tensors[i];
         uint32_t want = t->n_dims == 1                  ? ST_TYPE_F32
@@ -324,10 +315,10 @@ static void test_quantize_file(void **state)
     st_gguf_close(&out);
     // From F16 to Q4_0 and TQ1_0.
     st_quant_plan_init(&p, ST_TYPE_F16);
-    assert_int_equal(st_quantize_file(tmp("m.f32.gguf"), tmp("m.f16.gguf"), &p, false, true, &rep, &e), 0);
+    assert_int_equal(st_quantize_file(st_tmp("m.f32.gguf"), st_tmp("m.f16.gguf"), &p, false, true, &rep, &e), 0);
     st_quant_plan_init(&p, ST_TYPE_Q4_0);
-    assert_int_equal(st_quantize_file(tmp("m.f16.gguf"), tmp("m.q4_0.gguf"), &p, false, true, &rep, &e), 0);
-    assert_int_equal(st_gguf_open(tmp("m.q4_0.gguf"), &out, &e), 0);
+    assert_int_equal(st_quantize_file(st_tmp("m.f16.gguf"), st_tmp("m.q4_0.gguf"), &p, false, true, &rep, &e), 0);
+    assert_int_equal(st_gguf_open(st_tmp("m.q4_0.gguf"), &out, &e), 0);
     check_close(in, out, 0.12);
     st_gguf_close(&out);
     st_gguf_close(&in);
@@ -340,104 +331,59 @@ static void test_bad_files(void **state)
     struct st_quant_plan p;
     struct st_quant_report rep;
     st_quant_plan_init(&p, ST_TYPE_Q8_0);
-    assert_int_equal(st_quantize_file(tmp("missing.gguf"), tmp("o.gguf"), &p, false, true, &rep, &e), -1);
+    assert_int_equal(st_quantize_file(st_tmp("missing.gguf"), st_tmp("o.gguf"), &p, false, true, &rep, &e), -1);
     assert_non_null(strstr(e.msg, "open("));
-    FILE *f = fopen(tmp("text.gguf"), "w");
+    FILE *f = fopen(st_tmp("text.gguf"), "w");
     fputs("this is not a model file at all\n", f);
     fclose(f);
-    assert_int_equal(st_quantize_file(tmp("text.gguf"), tmp("o.gguf"), &p, false, true, &rep, &e), -1);
+    assert_int_equal(st_quantize_file(st_tmp("text.gguf"), st_tmp("o.gguf"), &p, false, true, &rep, &e), -1);
     assert_non_null(strstr(e.msg, "not a GGUF file"));
     // A model cut short: its tensors run past the end.
-    make_model(tmp("whole.gguf"));
+    make_model(st_tmp("whole.gguf"));
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "head -c 100000 '%s' > '%s'", tmp("whole.gguf"), tmp("cut.gguf"));
+    snprintf(cmd, sizeof cmd, "head -c 100000 '%s' > '%s'", st_tmp("whole.gguf"), st_tmp("cut.gguf"));
     assert_int_equal(system(cmd), 0);
-    assert_int_equal(st_quantize_file(tmp("cut.gguf"), tmp("o.gguf"), &p, false, true, &rep, &e), -1);
+    assert_int_equal(st_quantize_file(st_tmp("cut.gguf"), st_tmp("o.gguf"), &p, false, true, &rep, &e), -1);
     assert_non_null(strstr(e.msg, "past the end"));
-    assert_int_equal(st_quantize_file(tmp("whole.gguf"), tmp("nodir/o.gguf"), &p, false, true, &rep, &e), -1);
+    assert_int_equal(st_quantize_file(st_tmp("whole.gguf"), st_tmp("nodir/o.gguf"), &p, false, true, &rep, &e), -1);
     assert_non_null(strstr(e.msg, "open("));
     struct stat st;
-    assert_int_equal(stat(tmp("o.gguf"), &st), -1);
-}
-
-// Runs build/subternary (next to this test's folder) with args; returns the
-// exit code and the combined output in out.
-static int run_cli(char *out, size_t cap, const char *const *args)
-{
-    char exe[1024], bin[1100];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n < 0) return -1;
-    exe[n] = 0;
-    *strrchr(exe, '/') = 0;
-    snprintf(bin, sizeof bin, "%s/../subternary", exe);
-    const char *log = tmp("cli.log");
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stdout);
-        if (!f || dup2(1, 2) < 0) _exit(127);
-        const char *argv[16] = {bin};
-        int k = 1;
-        for (; args[k - 1] && k < 15; k++) argv[k] = args[k - 1];
-        argv[k] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    FILE *f = fopen(log, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
-    out[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    assert_int_equal(stat(st_tmp("o.gguf"), &st), -1);
 }
 
 static void test_cli(void **state)
 {
     (void)state;
     char out[8192];
-    make_model(tmp("c.gguf"));
+    make_model(st_tmp("c.gguf"));
     const char *a1[] = {"model", "quantize", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a1), 2);
+    assert_int_equal(st_run_cli(out, sizeof out, a1), 2);
     assert_non_null(strstr(out, "expected IN.gguf OUT.gguf TYPE"));
-    const char *a2[] = {"model", "quantize", tmp("c.gguf"), tmp("c2.gguf"), "Q5_K", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a2), 2);
+    const char *a2[] = {"model", "quantize", st_tmp("c.gguf"), st_tmp("c2.gguf"), "Q5_K", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a2), 2);
     assert_non_null(strstr(out, "unknown or unsupported tensor type 'Q5_K'"));
-    const char *a3[] = {"model", "quantize", tmp("c.gguf"), tmp("c2.gguf"), "Q8_0", "--frobnicate", "1", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a3), 2);
+    const char *a3[] = {"model", "quantize", st_tmp("c.gguf"), st_tmp("c2.gguf"), "Q8_0", "--frobnicate", "1", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a3), 2);
     assert_non_null(strstr(out, "unknown option '--frobnicate'"));
-    const char *a4[] = {"model", "quantize", tmp("c.gguf"), tmp("c2.gguf"), "Q8_0", "--attn-type", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a4), 2);
+    const char *a4[] = {"model", "quantize", st_tmp("c.gguf"), st_tmp("c2.gguf"), "Q8_0", "--attn-type", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a4), 2);
     assert_non_null(strstr(out, "needs a value"));
-    const char *a5[] = {"model", "quantize", tmp("nope.gguf"), tmp("c2.gguf"), "Q8_0", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a5), 1);
+    const char *a5[] = {"model", "quantize", st_tmp("nope.gguf"), st_tmp("c2.gguf"), "Q8_0", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a5), 1);
     assert_non_null(strstr(out, "nope.gguf"));
-    const char *a6[] = {"model", "quantize", tmp("c.gguf"), tmp("c2.gguf"), "Q8_0", "extra", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a6), 2);
+    const char *a6[] = {"model", "quantize", st_tmp("c.gguf"), st_tmp("c2.gguf"), "Q8_0", "extra", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a6), 2);
     const char *a7[] = {"model", "quantize", "--help", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a7), 0);
+    assert_int_equal(st_run_cli(out, sizeof out, a7), 0);
     assert_non_null(strstr(out, "--mlp-type"));
     // A mixed file through the CLI: the fallback is announced.
-    const char *a8[] = {"model", "quantize", tmp("c.gguf"), tmp("c2.gguf"), "TQ1_0", "--attn-type", "q8_0", NULL};
-    assert_int_equal(run_cli(out, sizeof out, a8), 0);
+    const char *a8[] = {"model", "quantize", st_tmp("c.gguf"), st_tmp("c2.gguf"), "TQ1_0", "--attn-type", "q8_0", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a8), 0);
     assert_non_null(strstr(out, "note: blk.0.ffn_down.weight: row length 352 is not a multiple of the tq1_0 block (256): using q4_0"));
-    const char *a9[] = {"model", "info", tmp("c2.gguf"), NULL};
-    assert_int_equal(run_cli(out, sizeof out, a9), 0);
+    const char *a9[] = {"model", "info", st_tmp("c2.gguf"), NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a9), 0);
     assert_non_null(strstr(out, "tq1_0"));
     assert_non_null(strstr(out, "n_embd 256, n_layer 2, n_ff 352"));
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -448,5 +394,5 @@ int main(void)
         cmocka_unit_test(test_plan),           cmocka_unit_test(test_quantize_file),
         cmocka_unit_test(test_bad_files),      cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }

@@ -19,17 +19,6 @@
 #include "model/synth.h"
 #include "tests/support/test_support.h"
 
-static char dir[] = "/tmp/st_test_synth.XXXXXX";
-
-static const char *tmp(const char *name)
-{
-    static char buf[6][256];
-    static int k;
-    k = (k + 1) % 6;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 #define SPACE "\xe2\x96\x81"
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -166,10 +155,10 @@ static void test_no_layers_follow_successor(void **state)
     int types[2] = {ST_TYPE_F32, ST_TYPE_Q4_0};
     for (int k = 0; k < 2; k++) {
         struct st_synth_model m = tiny("target", 128, 0.0f, types[k]);
-        write_model(tmp("eps0.gguf"), &m, v);
+        write_model(st_tmp("eps0.gguf"), &m, v);
         struct st_llama_model *lm;
         struct st_ref_state *s;
-        if (st_llama_open(tmp("eps0.gguf"), &lm, &e)) fail_msg("%s", e.msg);
+        if (st_llama_open(st_tmp("eps0.gguf"), &lm, &e)) fail_msg("%s", e.msg);
         enum { N = 64 };
         int32_t tok[N];
         for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919 + 1) % v->n); // includes byte and control tokens
@@ -191,12 +180,12 @@ static void test_no_layers_follow_successor(void **state)
 static double acceptance(const struct st_synth_vocab *v, float eps_t, float eps_d, int32_t *tokens)
 {
     struct st_synth_model t = tiny("target", 128, eps_t, ST_TYPE_F32), d = tiny("draft", 64, eps_d, ST_TYPE_F32);
-    write_model(tmp("acc-t.gguf"), &t, v);
-    write_model(tmp("acc-d.gguf"), &d, v);
+    write_model(st_tmp("acc-t.gguf"), &t, v);
+    write_model(st_tmp("acc-d.gguf"), &d, v);
     struct st_llama_model *tm, *dm;
     struct st_error e;
     struct st_synth_accept r;
-    if (st_llama_open(tmp("acc-t.gguf"), &tm, &e) || st_llama_open(tmp("acc-d.gguf"), &dm, &e)) fail_msg("%s", e.msg);
+    if (st_llama_open(st_tmp("acc-t.gguf"), &tm, &e) || st_llama_open(st_tmp("acc-d.gguf"), &dm, &e)) fail_msg("%s", e.msg);
     int32_t prompt[4] = {1, 300, 301, 302};
     if (st_synth_acceptance(tm, dm, prompt, 4, 100, 4, tokens, &r, &e)) fail_msg("%s", e.msg);
     assert_true(r.n_generated >= 100 && r.n_generated <= 104);
@@ -227,7 +216,7 @@ static void test_acceptance_falls_with_eps(void **state)
     rate[2] = acceptance(v, 2.0f, 1.4f, tokens);
     struct st_llama_model *tm;
     struct st_ref_state *s;
-    assert_int_equal(st_llama_open(tmp("acc-t.gguf"), &tm, &e), 0);
+    assert_int_equal(st_llama_open(st_tmp("acc-t.gguf"), &tm, &e), 0);
     assert_int_equal(st_ref_new(tm, 110, &s, &e), 0);
     float *logits = malloc(4 * v->n * sizeof *logits);
     int32_t prompt[4] = {1, 300, 301, 302};
@@ -253,13 +242,13 @@ static void test_files(void **state)
     struct st_synth_model m = tiny("draft", 256, 1.5f, ST_TYPE_Q8_0);
     m.shape.n_ff = 352; // not a multiple of 256
     assert_int_equal(st_quant_plan_option(&m.plan, "--mlp-type", "TQ2_0", &e), 0);
-    write_model(tmp("f1.gguf"), &m, v);
-    write_model(tmp("f2.gguf"), &m, v);
+    write_model(st_tmp("f1.gguf"), &m, v);
+    write_model(st_tmp("f2.gguf"), &m, v);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", tmp("f1.gguf"), tmp("f2.gguf"));
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", st_tmp("f1.gguf"), st_tmp("f2.gguf"));
     assert_int_equal(system(cmd), 0); // reproducible
     struct st_llama_model *lm;
-    if (st_llama_open(tmp("f1.gguf"), &lm, &e)) fail_msg("%s", e.msg);
+    if (st_llama_open(st_tmp("f1.gguf"), &lm, &e)) fail_msg("%s", e.msg);
     const struct st_llama_hparams *hp = &lm->hp;
     assert_int_equal(hp->n_embd, 256);
     assert_int_equal(hp->n_layer, 2);
@@ -295,7 +284,7 @@ static void test_files(void **state)
     st_llama_close(&lm);
     // Bad shapes are refused.
     m.shape.n_head = 5;
-    assert_int_equal(st_synth_write(tmp("bad.gguf"), &m, v, false, true, &e), -1);
+    assert_int_equal(st_synth_write(st_tmp("bad.gguf"), &m, v, false, true, &e), -1);
     assert_non_null(strstr(e.msg, "multiple of heads"));
     st_synth_vocab_free(&v);
     // A tokenizer copied from another file.
@@ -305,10 +294,10 @@ static void test_files(void **state)
     if (stat(path, &st)) return;
     assert_int_equal(st_synth_vocab_from(path, &v, &e), 0);
     struct st_synth_model m2 = tiny("target", 64, 1.0f, ST_TYPE_F16);
-    write_model(tmp("bpe.gguf"), &m2, v);
+    write_model(st_tmp("bpe.gguf"), &m2, v);
     struct st_gguf *src;
     assert_int_equal(st_gguf_open(path, &src, &e), 0);
-    if (st_llama_open(tmp("bpe.gguf"), &lm, &e)) fail_msg("%s", e.msg);
+    if (st_llama_open(st_tmp("bpe.gguf"), &lm, &e)) fail_msg("%s", e.msg);
     assert_int_equal(lm->hp.n_vocab, v->n);
     for (uint64_t i = 0; i < src->n_kv; i++) {
         if (strncmp(src->kv[i].key, "tokenizer.", 10)) continue;
@@ -320,40 +309,8 @@ static void test_files(void **state)
     st_llama_close(&lm);
     st_gguf_close(&src);
     st_synth_vocab_free(&v);
-    assert_int_equal(st_synth_vocab_from(tmp("nope.gguf"), &v, &e), -1);
+    assert_int_equal(st_synth_vocab_from(st_tmp("nope.gguf"), &v, &e), -1);
     assert_non_null(strstr(e.msg, "nope.gguf"));
-}
-
-// Runs build/subternary (next to this test's folder): exit code, and the
-// combined output in out.
-static int run_cli(char *out, size_t cap, const char *const *args)
-{
-    char exe[1024], bin[1100];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n < 0) return -1;
-    exe[n] = 0;
-    *strrchr(exe, '/') = 0;
-    snprintf(bin, sizeof bin, "%s/../subternary", exe);
-    char log[300];
-    snprintf(log, sizeof log, "%s/cli.log", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stdout);
-        if (!f || dup2(1, 2) < 0) _exit(127);
-        const char *argv[64] = {bin};
-        int k = 1;
-        for (; args[k - 1] && k < 63; k++) argv[k] = args[k - 1];
-        argv[k] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    FILE *f = fopen(log, "r");
-    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
-    out[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #define SMALL "--vocab", "512", "--target-dim", "128", "--target-layers", "2", "--target-heads", "4", \
@@ -365,26 +322,26 @@ static void test_cli(void **state)
     (void)state;
     char out[8192];
     const char *a1[] = {"model", "gen", "--preset", "demo", SMALL, "--type", "F32", "--draft-type", "q8_0",
-                        "--eps", "0.5", "--measure", "40", "--quiet", "--out-target", tmp("t.gguf"),
-                        "--out-draft", tmp("d.gguf"), NULL};
-    if (run_cli(out, sizeof out, a1)) fail_msg("%s", out);
+                        "--eps", "0.5", "--measure", "40", "--quiet", "--out-target", st_tmp("t.gguf"),
+                        "--out-draft", st_tmp("d.gguf"), NULL};
+    if (st_run_cli(out, sizeof out, a1)) fail_msg("%s", out);
     assert_non_null(strstr(out, "greedy acceptance at K=4 over"));
-    const char *a2[] = {"model", "info", tmp("t.gguf"), NULL};
-    assert_int_equal(run_cli(out, sizeof out, a2), 0);
+    const char *a2[] = {"model", "info", st_tmp("t.gguf"), NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a2), 0);
     assert_non_null(strstr(out, "n_embd 128, n_layer 2, n_ff 256, n_head 4, n_head_kv 2, head_dim 32"));
     assert_non_null(strstr(out, "n_vocab 512, n_ctx_train 512"));
     assert_non_null(strstr(out, "f32 "));
     assert_non_null(strstr(out, "output untied"));
-    const char *a3[] = {"model", "info", tmp("d.gguf"), NULL};
-    assert_int_equal(run_cli(out, sizeof out, a3), 0);
+    const char *a3[] = {"model", "info", st_tmp("d.gguf"), NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a3), 0);
     assert_non_null(strstr(out, "n_embd 64, n_layer 1, n_ff 128, n_head 2, n_head_kv 1"));
     assert_non_null(strstr(out, "q8_0 "));
     // A model written alone is the one written with its partner.
     const char *a4[] = {"model", "gen", "--preset", "demo", SMALL, "--type", "F32", "--eps", "0.5", "--quiet",
-                        "--out-target", tmp("t2.gguf"), NULL};
-    assert_int_equal(run_cli(out, sizeof out, a4), 0);
+                        "--out-target", st_tmp("t2.gguf"), NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, a4), 0);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", tmp("t.gguf"), tmp("t2.gguf"));
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", st_tmp("t.gguf"), st_tmp("t2.gguf"));
     assert_int_equal(system(cmd), 0);
     // Errors.
     struct {
@@ -406,29 +363,15 @@ static void test_cli(void **state)
         {{"model", "gen", "--out-target"}, 2, "needs a value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc = run_cli(out, sizeof out, bad[i].args);
+        int rc = st_run_cli(out, sizeof out, bad[i].args);
         if (rc != bad[i].rc || !strstr(out, bad[i].msg))
             fail_msg("case %zu: exit %d (want %d), output: %s", i, rc, bad[i].rc, out);
     }
     struct stat st;
     assert_int_equal(stat("x.gguf", &st), -1);
     const char *help[] = {"model", "gen", "--help", NULL};
-    assert_int_equal(run_cli(out, sizeof out, help), 0);
+    assert_int_equal(st_run_cli(out, sizeof out, help), 0);
     assert_non_null(strstr(out, "--vocab-from"));
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -441,5 +384,5 @@ int main(void)
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }

@@ -72,6 +72,64 @@ float *st_golden_logits(const struct st_golden_row *r)
 }
 
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[512];
+
+int st_tmpdir_setup(void **state)
+{
+    (void)state;
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/st_test.XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+int st_tmpdir_teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+const char *st_tmp(const char *name)
+{
+    static char buf[8][768];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+int st_run_cli(char *out, size_t cap, const char *const *args)
+{
+    char exe[1024], bin[1100];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0) return -1;
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0;
+    snprintf(bin, sizeof bin, "%s/../subternary", exe); // build/tests/x -> build/subternary
+    const char *log = st_tmp("cli.log");
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        if (!f || dup2(1, 2) < 0) _exit(127);
+        const char *argv[64] = {bin};
+        int k = 1;
+        for (; args[k - 1] && k < 63; k++) argv[k] = args[k - 1];
+        argv[k] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(log, "r");
+    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    out[got] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 int st_golden_check(const struct st_golden_row *r, const float *golden, const float *ours, double *worst,
                     char *msg, size_t cap)

@@ -32,4 +32,15 @@ float *st_golden_logits(const struct st_golden_row *r);
 // |difference| / std over all positions.  On failure msg says where.
 int st_golden_check(const struct st_golden_row *r, const float *golden, const float *ours, double *worst,
                     char *msg, size_t cap);
+// A private temporary directory for one test binary: the group setup and
+// teardown of cmocka create and remove it; st_tmp names a file in it (the
+// last 8 results stay valid).
+int st_tmpdir_setup(void **state);
+int st_tmpdir_teardown(void **state);
+const char *st_tmp(const char *name);
+
+// Runs the subternary binary of this build tree with args (NULL-terminated,
+// without argv[0]); returns its exit code, its stdout and stderr in out.
+int st_run_cli(char *out, size_t cap, const char *const *args);
+
 #endif
