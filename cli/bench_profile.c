@@ -59,15 +59,7 @@ int st_bench_profile(int argc, char **argv)
     struct st_session_stats st;
     if (st_bench_rig_run(&rig, &gp, &st) || st_bench_rig_run(&rig, &gp, &st)) return 1; // second run: warm
     uint32_t order[ST_POOL_MAX_OPS];
-    double total = 0;
-    for (uint32_t k = 0; k < st.n_ops; k++) order[k] = k, total += st.op_seconds[k];
-    for (uint32_t a = 0; a < st.n_ops; a++)
-        for (uint32_t b = a + 1; b < st.n_ops; b++)
-            if (st.op_seconds[order[b]] > st.op_seconds[order[a]]) {
-                uint32_t t = order[a];
-                order[a] = order[b];
-                order[b] = t;
-            }
+    double total = st_session_stats_op_order(&st, order);
     FILE *csv = st_bench_csv(c.results, "profile");
     if (!csv) return 1;
     fprintf(csv, "model,op,seconds,share,ms_per_token,gbps,kernels\n");

@@ -51,15 +51,7 @@ static void print_summary(const struct st_session_stats *st, const struct st_eng
 static void print_profile(const struct st_session_stats *st)
 {
     uint32_t order[ST_POOL_MAX_OPS];
-    double total = 0;
-    for (uint32_t k = 0; k < st->n_ops; k++) order[k] = k, total += st->op_seconds[k];
-    for (uint32_t a = 0; a < st->n_ops; a++)
-        for (uint32_t b = a + 1; b < st->n_ops; b++)
-            if (st->op_seconds[order[b]] > st->op_seconds[order[a]]) {
-                uint32_t t = order[a];
-                order[a] = order[b];
-                order[b] = t;
-            }
+    double total = st_session_stats_op_order(st, order);
     fprintf(stderr, "\nprofile of %u decode steps (rank 0; %llu barriers, %.1f per step):\n", st->steps,
             (unsigned long long)st->barriers, st->steps ? (double)st->barriers / st->steps : 0.0);
     fprintf(stderr, "  %-8s %-12s %10s %7s %10s %8s\n", "model", "op", "seconds", "share", "ms/token", "GB/s");

@@ -430,6 +430,20 @@ void st_session_end(struct st_session **sp)
 }
 
 const struct st_session_stats *st_session_stats(const struct st_session *s) { return &s->st; }
+
+double st_session_stats_op_order(const struct st_session_stats *st, uint32_t *order)
+{
+    double total = 0;
+    for (uint32_t k = 0; k < st->n_ops; k++) order[k] = k, total += st->op_seconds[k];
+    for (uint32_t a = 0; a < st->n_ops; a++)
+        for (uint32_t b = a + 1; b < st->n_ops; b++)
+            if (st->op_seconds[order[b]] > st->op_seconds[order[a]]) {
+                uint32_t t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    return total;
+}
 uint32_t st_session_node(const struct st_session *s) { return s->node; }
 uint32_t st_session_slot(const struct st_session *s) { return s->slot; }
 bool st_session_prefilled(const struct st_session *s) { return s->prefilled; }

@@ -85,6 +85,8 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
 void st_session_end(struct st_session **s);
 
 const struct st_session_stats *st_session_stats(const struct st_session *s);
+// Indices of st->op_* sorted by time, largest first; returns their total seconds.
+double st_session_stats_op_order(const struct st_session_stats *st, uint32_t *order);
 uint32_t st_session_node(const struct st_session *s);
 uint32_t st_session_slot(const struct st_session *s);
 bool st_session_prefilled(const struct st_session *s);

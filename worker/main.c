@@ -151,16 +151,12 @@ static int setup(const struct args *a, struct st_region **r, struct st_set_contr
                  struct st_plan *p, struct st_error *e)
 {
     if (st_region_attach(a->fd, NULL, r, e)) return -1;
-    uint64_t cbytes, kbytes, sbytes, wbytes;
+    uint64_t cbytes, kbytes;
     uint8_t *c = st_region_section(*r, ST_REGION_CONTROL, &cbytes);
     void *k = st_region_section(*r, ST_REGION_KV, &kbytes);
-    void *s = st_region_section(*r, ST_REGION_SCRATCH, &sbytes);
-    const void *w = st_region_section(*r, ST_REGION_WEIGHTS, &wbytes);
     *ctl = (struct st_set_control *)c;
     if (cbytes < sizeof **ctl + sizeof(struct st_scratch_layout) || (*ctl)->magic != ST_SET_MAGIC)
         return st_error_set(e, "region control section has no worker set for rank %u", a->rank);
-    (void)s;
-    (void)w;
     if (st_kv_open(kv, k, kbytes, e)) return -1;
     return build_plan(a, *r, *ctl, kv, p, e);
 }
