@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_llamacpp.h"
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
 
@@ -36,19 +37,16 @@ static int measure(struct st_bench_rig *rig, const struct st_gen_params *spec_gp
     return 0;
 }
 
-static const char *base(const char *p)
-{
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
 int st_bench_spec(int argc, char **argv)
 {
     struct st_bench_common c;
     st_bench_common_defaults(&c);
     const char *drafts = NULL, *klist = NULL;
+    struct st_llamacpp_opts lo;
+    st_llamacpp_opts_defaults(&lo);
     for (int i = 1; i < argc; i++) {
         int r = st_bench_common_opt(argc, argv, &i, &c);
+        if (!r) r = st_llamacpp_opt(argc, argv, &i, &lo);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--drafts") && i + 1 < argc) drafts = argv[++i];
@@ -56,7 +54,11 @@ int st_bench_spec(int argc, char **argv)
         else {
             fprintf(stderr, "usage: subternary bench spec [-m TARGET] [-d DRAFT | --drafts D1,D2,...] [--ks 1,2,..,0]\n"
                             "         [-p TEXT | --tokens IDS | --prompt-len N] [-n N] [--runs R] [--results DIR] [--quick]\n"
-                            "K 0 means adaptive.  Defaults: the demo pair of `make models`, K 1..8 and adaptive.\n");
+                            "         [--compare-llamacpp DIR [--llamacpp-draft 3,5,8] [--compare-k K]]\n"
+                            "K 0 means adaptive.  Defaults: the demo pair of `make models`, K 1..8 and adaptive.\n"
+                            "--compare-llamacpp: DIR holds llama.cpp's llama-bench and llama-speculative; after each\n"
+                            "draft's sweep, R repetitions of (ours AR, ours K, llama-bench, llama-speculative per\n"
+                            "--draft-max) and the ratios pair by pair; results/spec-llamacpp.csv and .log.\n");
             return 2;
         }
     }
@@ -70,11 +72,16 @@ int st_bench_spec(int argc, char **argv)
     if (nk < 1) return 2;
     char dl[4096];
     snprintf(dl, sizeof dl, "%s", drafts ? drafts : c.o.draft);
+    struct st_llamacpp_cmp cmp = {0};
+    if (lo.dir && st_llamacpp_cmp_open(&cmp, &lo, &c, "spec-llamacpp")) return 1;
     FILE *csv = st_bench_csv(c.results, "spec");
-    if (!csv) return 1;
+    if (!csv) {
+        st_llamacpp_cmp_close(&cmp);
+        return 1;
+    }
     fprintf(csv, "draft,k,ar_tps_mean,ar_tps_std,spec_tps_mean,spec_tps_std,acceptance,mean_k,ratio_mean,ratio_std\n");
     printf("bench spec: target %s, %u tokens, %d alternating runs each (mean ± std; ratio pair by pair)\n",
-           base(c.o.target), c.n_tokens, c.runs);
+           st_bench_basename(c.o.target), c.n_tokens, c.runs);
     printf("%-24s %4s %18s %18s %7s %7s %14s\n", "draft", "K", "autoregressive t/s", "speculative t/s", "accept", "mean K",
            "ratio");
     int rc = 0, n_drafts = 0;
@@ -85,15 +92,16 @@ int st_bench_spec(int argc, char **argv)
     size_t pl = 0;
     for (char *d = strtok_r(dl, ",", &save); d && !rc; d = strtok_r(NULL, ",", &save), n_drafts++) {
         struct st_bench_rig rig;
+        const char *dn = st_bench_basename(d);
         c.o.draft = d;
         if (st_bench_rig_open(&rig, &c.o)) {
-            free(plot);
-            return 1;
+            rc = 1;
+            break;
         }
         len += (size_t)snprintf(plot + len, cap - len, "$d%d << EOD\n", n_drafts);
         pl += (size_t)snprintf(plots + pl, sizeof plots - pl, "%s$d%d using 1:2 with linespoints title '%s', "
                                  "$d%d using 1:3 with points title 'autoregressive (%s run)'",
-                                 n_drafts ? ", " : "plot ", n_drafts, base(d), n_drafts, base(d));
+                                 n_drafts ? ", " : "plot ", n_drafts, dn, n_drafts, dn);
         for (int k = 0; k < nk && !rc; k++) {
             struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = true, .k = ks[k], .governor = false,
                                        .stop_at_eos = false};
@@ -101,20 +109,22 @@ int st_bench_spec(int argc, char **argv)
             if ((rc = measure(&rig, &gp, c.n_tokens, c.runs, &pr))) break;
             char kname[16];
             snprintf(kname, sizeof kname, ks[k] ? "%u" : "adapt", ks[k]);
-            printf("%-24s %4s %11.2f ± %5.2f %11.2f ± %5.2f %7.3f %7.2f %7.3f ± %.3f\n", base(d), kname,
+            printf("%-24s %4s %11.2f ± %5.2f %11.2f ± %5.2f %7.3f %7.2f %7.3f ± %.3f\n", dn, kname,
                    st_bench_mean(&pr.ar), st_bench_std(&pr.ar), st_bench_mean(&pr.sp), st_bench_std(&pr.sp),
                    st_bench_mean(&pr.acc), st_bench_mean(&pr.mean_k), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio));
             fflush(stdout);
             len += (size_t)snprintf(plot + len, cap - len, "%u,%.4f,%.4f\n", ks[k] ? ks[k] : 9, st_bench_mean(&pr.sp),
                                     st_bench_mean(&pr.ar));
-            fprintf(csv, "%s,%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.4f\n", base(d), ks[k], st_bench_mean(&pr.ar),
+            fprintf(csv, "%s,%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.4f\n", dn, ks[k], st_bench_mean(&pr.ar),
                     st_bench_std(&pr.ar), st_bench_mean(&pr.sp), st_bench_std(&pr.sp), st_bench_mean(&pr.acc),
                     st_bench_mean(&pr.mean_k), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio));
         }
         len += (size_t)snprintf(plot + len, cap - len, "EOD\n");
+        if (!rc && lo.dir) rc = st_bench_llamacpp(&cmp, &rig, &c, d);
         st_bench_rig_close(&rig);
     }
     fclose(csv);
+    st_llamacpp_cmp_close(&cmp);
     len += (size_t)snprintf(plot + len, cap - len,
                             "set title 'tokens/s against draft length K (9 = adaptive)'\nset xlabel 'K'\n"
                             "set ylabel 'tokens/s'\nset xrange [0:10]\nset yrange [0:*]\n%s\n", plots);
@@ -144,12 +154,14 @@ int st_bench_governor(int argc, char **argv)
     FILE *csv = st_bench_csv(c.results, "governor");
     if (!csv) return 1;
     fprintf(csv, "draft,governor,ar_tps,spec_tps,acceptance,ratio_mean,ratio_std,suspended_share\n");
-    printf("bench governor: target %s, %u tokens, %d alternating runs\n", base(c.o.target), c.n_tokens, c.runs);
+    printf("bench governor: target %s, %u tokens, %d alternating runs\n", st_bench_basename(c.o.target), c.n_tokens,
+           c.runs);
     printf("%-30s %8s %12s %12s %7s %14s %10s\n", "draft", "governor", "AR t/s", "spec t/s", "accept", "ratio",
            "suspended");
     const char *ds[2] = {c.o.draft, mismatch};
     for (int d = 0; d < 2; d++) {
         struct st_bench_rig rig;
+        const char *dn = st_bench_basename(ds[d]);
         c.o.draft = ds[d];
         if (st_bench_rig_open(&rig, &c.o)) return 1;
         for (int g = 1; g >= 0; g--) {
@@ -159,10 +171,10 @@ int st_bench_governor(int argc, char **argv)
             if (measure(&rig, &gp, c.n_tokens, c.runs, &pr)) return 1;
             last = *st_session_stats(rig.s);
             double susp = last.rounds ? (double)last.suspended_rounds / last.rounds : 0;
-            printf("%-30s %8s %12.2f %12.2f %7.3f %7.3f ± %.3f %9.0f%%\n", base(ds[d]), g ? "on" : "off",
+            printf("%-30s %8s %12.2f %12.2f %7.3f %7.3f ± %.3f %9.0f%%\n", dn, g ? "on" : "off",
                    st_bench_mean(&pr.ar), st_bench_mean(&pr.sp), st_bench_mean(&pr.acc), st_bench_mean(&pr.ratio),
                    st_bench_std(&pr.ratio), 100 * susp);
-            fprintf(csv, "%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f\n", base(ds[d]), g ? "on" : "off", st_bench_mean(&pr.ar),
+            fprintf(csv, "%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f\n", dn, g ? "on" : "off", st_bench_mean(&pr.ar),
                     st_bench_mean(&pr.sp), st_bench_mean(&pr.acc), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio), susp);
             fflush(stdout);
         }

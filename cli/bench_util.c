@@ -55,7 +55,7 @@ int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
                                                                                : (int32_t)(x % r->eng->n_vocab);
         }
     } else {
-        const char *text = o->prompt_text ? o->prompt_text : "Once upon a time, in a small village by the sea, there lived";
+        const char *text = o->prompt_text ? o->prompt_text : ST_BENCH_PROMPT;
         if (!r->eng->tok) {
             st_error_set(&e, "%s has no tokenizer: give --tokens or --prompt-len", o->target);
             goto fail;
@@ -123,6 +123,12 @@ void st_bench_plot(const char *dir, const char *name, const char *script)
     fclose(f);
     snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null || gnuplot -e \"set terminal png\" '%s' >/dev/null 2>&1", path, path);
     if (system(cmd) == 0) fprintf(stderr, "plot: %s/%s.png\n", dir, name);
+}
+
+const char *st_bench_basename(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
 }
 
 int st_bench_parse_list(const char *s, uint32_t *v, int cap)

@@ -11,6 +11,8 @@
 #include "coordinator/session.h"
 
 #define ST_BENCH_MAX_RUNS 64
+// The prompt of every suite unless -p, --tokens or --prompt-len says otherwise.
+#define ST_BENCH_PROMPT "Once upon a time, in a small village by the sea, there lived"
 
 struct st_bench_stat {
     double v[ST_BENCH_MAX_RUNS];
@@ -48,6 +50,9 @@ int st_bench_rig_run(struct st_bench_rig *r, const struct st_gen_params *gp, str
 FILE *st_bench_csv(const char *dir, const char *name);
 // Draws a PNG with gnuplot from a script body, if gnuplot is installed.
 void st_bench_plot(const char *dir, const char *name, const char *script);
+
+// The file name of a path, for table rows.
+const char *st_bench_basename(const char *path);
 
 // Parses "1,2,4" into values (at most cap); returns the count or -1.
 int st_bench_parse_list(const char *s, uint32_t *v, int cap);

@@ -16,12 +16,12 @@ struct suite {
 static const struct suite suites[] = {
     {"kernels", st_bench_kernels, "GEMV/GEMM per type and M, against the measured read bandwidth"},
     {"shm", st_bench_shm, "barrier round trip, rollback latency, model load throughput"},
-    {"spec", st_bench_spec, "autoregressive vs speculative, per draft, K sweep and adaptive"},
+    {"spec", st_bench_spec, "autoregressive vs speculative, per draft, K sweep and adaptive, optionally vs llama.cpp"},
     {"ctx", st_bench_ctx, "tokens/s and rollback cost at context lengths 128 .. 8192"},
     {"contention", st_bench_contention, "the same with a CPU hog on one core"},
     {"governor", st_bench_governor, "matching vs non-matching draft, governor on/off"},
     {"profile", st_bench_profile, "per-op attribution of one generation"},
-    {"all", st_bench_all, "every suite (--quick: a short version of each)"},
+    {"all", st_bench_all, "every suite (--quick: a short version of each; --compare-llamacpp DIR goes to spec)"},
     {NULL, NULL, NULL},
 };
 
