@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/bench_kernels.h"
+#include "cli/bench_llamacpp.h"
 #include "cli/bench_shm.h"
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
@@ -102,8 +103,18 @@ int st_bench_profile(int argc, char **argv)
 int st_bench_all(int argc, char **argv)
 {
     bool quick = false;
-    for (int i = 1; i < argc; i++)
+    // spec also gets the llama.cpp comparison options, if any.
+    char *spec_args[16] = {"spec"};
+    int ns = 1;
+    struct st_llamacpp_opts lo;
+    st_llamacpp_opts_defaults(&lo);
+    for (int i = 1; i < argc; i++) {
+        int at = i, r = st_llamacpp_opt(argc, argv, &i, &lo);
+        if (r < 0) return 2;
+        for (int j = at; r && j <= i && ns < 14; j++) spec_args[ns++] = argv[j];
         if (!strcmp(argv[i], "--quick")) quick = true;
+    }
+    if (quick) spec_args[ns++] = "--quick";
     char *q[] = {"x", quick ? "--quick" : NULL, NULL};
     int qa = quick ? 2 : 1, rc = 0;
     struct {
@@ -116,7 +127,8 @@ int st_bench_all(int argc, char **argv)
         printf("\n===== bench %s%s\n", suites[i].name, quick ? " --quick" : "");
         fflush(stdout);
         q[0] = (char *)suites[i].name;
-        if (suites[i].fn(qa, q)) {
+        bool spec = suites[i].fn == st_bench_spec;
+        if (suites[i].fn(spec ? ns : qa, spec ? spec_args : q)) {
             fprintf(stderr, "bench %s failed\n", suites[i].name);
             rc = 1;
         }
