@@ -139,28 +139,6 @@ static int rollback_latency(struct st_error *e)
 
 // ---- load throughput -----------------------------------------------------
 
-// Fraction of the file's pages in the page cache.
-static double resident_fraction(const char *path)
-{
-    double frac = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) goto out;
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) goto out;
-    size_t pages = ((size_t)st.st_size + 4095) / 4096, res = 0;
-    unsigned char *v = malloc(pages);
-    if (v && mincore(m, (size_t)st.st_size, v) == 0) {
-        for (size_t i = 0; i < pages; i++) res += v[i] & 1;
-        frac = (double)res / (double)pages;
-    }
-    free(v);
-    munmap(m, (size_t)st.st_size);
-out:
-    if (fd >= 0) close(fd);
-    return frac;
-}
-
 // Evicts the file from the page cache: DONTNEED on the file, and as root
 // the global drop_caches too (failure ignored: containers often refuse).
 static void make_cold(const char *path)
@@ -311,13 +289,13 @@ static int load_throughput(const struct bench_opts *bo, struct st_error *e)
         double cat, rd, ur, direct, res[3];
         if (warm && read_loop(path, NULL, window, &cat, e) < 0) goto out; // fills the cache
         if (!warm) make_cold(path);
-        res[0] = resident_fraction(path);
+        res[0] = st_page_cache_resident(path);
         if (read_loop(path, NULL, window, &cat, e) < 0) goto out;
         if (!warm) make_cold(path);
-        res[1] = resident_fraction(path);
+        res[1] = st_page_cache_resident(path);
         if (read_loop(path, dst, window, &rd, e) < 0) goto out;
         if (!warm) make_cold(path);
-        res[2] = resident_fraction(path);
+        res[2] = st_page_cache_resident(path);
         if (uring_load(path, bytes, dst, window, bo, &ur, &direct, e) < 0) goto out;
         printf("  %s: read() 128 KiB like cat %6.2f GB/s | read() into memory %6.2f GB/s | "
                "io_uring %6.2f GB/s (%.0f%% O_DIRECT)  [cached before: %.0f/%.0f/%.0f%%]\n",

@@ -128,6 +128,8 @@ int st_region_alloc(struct st_region *r, enum st_region_section s, uint64_t byte
 const char *st_region_section_name(enum st_region_section s);
 // Why the region got the huge pages it got ("shmem_enabled=never", ...).
 const char *st_region_huge_note(const struct st_region *r);
+// Seconds st_region_create spent allocating and mapping the pages.
+double st_region_alloc_seconds(const struct st_region *r);
 
 // Validates a header image of `file_bytes` (exposed for tests and tools).
 int st_region_header_check(const struct st_region_header *h, uint64_t file_bytes,

@@ -57,4 +57,7 @@ int st_uring_read(const char *path, const struct st_read_range *ranges, uint64_t
                   const struct st_uring_opts *opts, struct st_uring_stats *stats,
                   struct st_error *e);
 
+// Fraction of the file's pages in the page cache (mincore), -1 when unknown.
+double st_page_cache_resident(const char *path);
+
 #endif
