@@ -284,6 +284,40 @@ static bool source_block(uint32_t gguf_type, const uint8_t *row, int64_t b, int8
     }
 }
 
+// Q8_0 and Q4_0 blocks keep their bytes in the interleaved formats: lane l
+// of vector g is bytes 4g..4g+3 of row l's block (Q4_0: low nibbles are
+// columns 4g.., high ones 16+4g..), so a whole group of 8 rows is 4-byte
+// copies, block by block, reading the 8 rows side by side.  Loading a model
+// spends most of its CPU time here.
+static bool repack_group_copy(uint32_t gguf_type, uint32_t run_type, const uint8_t *rows8, size_t src_row,
+                              int64_t nb, size_t qb, uint8_t *g)
+{
+    uint16_t *scales = (uint16_t *)(g + (size_t)nb * qb);
+    size_t sb; // source block bytes
+    if (gguf_type == ST_TYPE_Q8_0 && run_type == ST_KERN_RUN_Q8_0X8)
+        sb = sizeof(struct st_block_q8_0);
+    else if (gguf_type == ST_TYPE_Q4_0 && run_type == ST_KERN_RUN_Q4_0X8)
+        sb = sizeof(struct st_block_q4_0);
+    else
+        return false;
+#if defined(__x86_64__)
+    if (sb == sizeof(struct st_block_q8_0) && st_kern_cpu.avx2) {
+        st_kern_repack_q8_0x8_group_avx2(rows8, src_row, nb, g);
+        return true;
+    }
+#endif
+    int nv = (int)(qb / 32); // vectors per block: 8 (Q8_0) or 4 (Q4_0)
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = g + (size_t)b * qb;
+        for (int l = 0; l < ST_KERN_X8; l++) {
+            const uint8_t *sblk = rows8 + (size_t)l * src_row + (size_t)b * sb;
+            memcpy(&scales[b * ST_KERN_X8 + l], sblk, sizeof(uint16_t));
+            for (int v = 0; v < nv; v++) memcpy(blk + 32 * v + 4 * l, sblk + 2 + 4 * v, 4);
+        }
+    }
+    return true;
+}
+
 static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
                      const void *src, int64_t row_begin, int64_t row_end, void *dst,
                      struct st_error *e)
@@ -302,6 +336,11 @@ static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t ru
         int l = (int)(r % ST_KERN_X8);
         if (l == 0) memset(g + used, 0, w.stride - used); // alignment pad
         const uint8_t *row = (const uint8_t *)src + (size_t)(r - row_begin) * src_row;
+        if (l == 0 && r + ST_KERN_X8 <= row_end &&
+            repack_group_copy(gguf_type, run_type, row, src_row, nb, qb, g)) {
+            r += ST_KERN_X8 - 1;
+            continue;
+        }
         for (int64_t b = 0; b < nb; b++) {
             uint16_t d = 0;
             if (r >= rows) { // padding row
