@@ -158,7 +158,7 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
         uint64_t wb;
         void *w = st_region_section(eng->node[i].region, ST_REGION_WEIGHTS, &wb);
         if (i == 0) {
-            if (st_load_run(plan, eng->node[0].region, cfg->progress, &eng->load, e)) goto fail;
+            if (st_load_run(plan, eng->node[0].region, cfg->progress, ST_LOAD_AUTO, &eng->load, e)) goto fail;
         } else { // the other replicas: copies of node 0's, first-touched on their node
             const void *w0 = st_region_section(eng->node[0].region, ST_REGION_WEIGHTS, &wb);
             memcpy(w, w0, wbytes);
@@ -166,9 +166,11 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
     }
     eng->huge_note = st_region_huge_note(eng->node[0].region);
     if (!cfg->quiet)
-        fprintf(stderr, "loaded %s%s%s: %.1f MB in %.2f s (%.2f GB/s), %u node(s), %s\n", cfg->target_path,
-                cfg->draft_path ? " + " : "", cfg->draft_path ? cfg->draft_path : "", eng->load.file_bytes / 1e6,
-                eng->load.seconds, eng->load.gbps, eng->n_nodes, eng->huge_note);
+        fprintf(stderr, "loaded %s%s%s: %.1f MB in %.2f s (%.2f GB/s, %s), %u node(s), %s; region allocated in %.2f s\n",
+                cfg->target_path, cfg->draft_path ? " + " : "", cfg->draft_path ? cfg->draft_path : "",
+                eng->load.file_bytes / 1e6, eng->load.seconds, eng->load.gbps,
+                eng->load.cached_files == eng->n_models ? "page cache" : eng->load.cached_files ? "partly cached" : "io_uring",
+                eng->n_nodes, eng->huge_note, st_region_alloc_seconds(eng->node[0].region));
     st_load_plan_free(&plan);
     for (uint32_t i = 0; i < eng->n_nodes; i++) {
         struct st_engine_node *nd = &eng->node[i];

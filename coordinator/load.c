@@ -9,28 +9,9 @@
 
 #include "kernels/kernels.h"
 #include "shm/uring_read.h"
+#include "coordinator/load_internal.h"
 
 #define STAGING_BYTES (UINT64_C(256) << 20)
-
-// One matrix to place: where it comes from and where it goes.
-struct job {
-    const struct st_gguf_tensor *t;
-    uint32_t model;
-    uint64_t file_offset;
-    struct st_layout_mat *dst; // into the plan's directory image
-};
-
-struct st_load_plan {
-    uint32_t n_models;
-    struct st_llama_model *const *models;
-    const char *paths[ST_LAYOUT_MAX_MODELS];
-    struct st_layout_dir dir;
-    struct st_layout_layer *layers[ST_LAYOUT_MAX_MODELS]; // [n_layer] images
-    struct job *jobs;
-    uint32_t n_jobs;
-    uint64_t bytes;
-    uint64_t act_row_max;
-};
 
 static uint64_t take(uint64_t *at, uint64_t bytes, uint64_t align)
 {
@@ -120,27 +101,21 @@ void st_load_plan_free(struct st_load_plan **pp)
 
 uint64_t st_load_plan_act_row_max(const struct st_load_plan *p) { return p->act_row_max; }
 
-static double now_s(void)
+double st_load_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-struct progress {
-    bool on;
-    uint64_t base, total;
-    double t0;
-};
-
-static void draw(void *ctx, uint64_t done, uint64_t total)
+void st_load_draw(void *ctx, uint64_t done, uint64_t total)
 {
     (void)total;
-    struct progress *pr = ctx;
+    struct st_load_progress *pr = ctx;
     if (!pr->on) return;
     uint64_t d = pr->base + done;
     int w = 40, fill = (int)(w * (double)d / (double)(pr->total ? pr->total : 1));
-    double el = now_s() - pr->t0;
+    double el = st_load_now_s() - pr->t0;
     fprintf(stderr, "\rloading [%.*s%*s] %5.1f%% %.2f GB/s", fill, "########################################",
             w - fill, "", 100.0 * d / (pr->total ? pr->total : 1), el > 0 ? d / el / 1e9 : 0.0);
 }
@@ -195,15 +170,15 @@ static int flush_batch(const struct st_load_plan *p, uint32_t a, uint32_t b, con
     return 0;
 }
 
-int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, struct st_load_stats *stats,
-                struct st_error *e)
+int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
+                struct st_load_stats *stats, struct st_error *e)
 {
     uint64_t wbytes;
     uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &wbytes);
     if (wbytes < p->bytes)
         return st_error_set(e, "weights section of %llu bytes is smaller than the %llu the models need",
                             (unsigned long long)wbytes, (unsigned long long)p->bytes);
-    double t0 = now_s();
+    double t0 = st_load_now_s();
     memset(stats, 0, sizeof *stats);
     // Directory, layer tables, norms and RoPE frequencies: small, from the mappings.
     struct st_layout_dir *dir = (struct st_layout_dir *)w;
@@ -225,8 +200,8 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
     uint64_t total = 0;
     for (uint32_t j = 0; j < p->n_jobs; j++) total += p->jobs[j].t->n_bytes;
     for (uint32_t i = 0; i < p->n_models; i++) total += p->models[i]->tok_embd->n_bytes;
-    struct progress pr = {progress && isatty(2), 0, total, t0};
-    struct st_uring_opts uo = {.progress = draw, .progress_ctx = &pr};
+    struct st_load_progress pr = {progress && isatty(2), 0, total, t0};
+    struct st_uring_opts uo = {.progress = st_load_draw, .progress_ctx = &pr};
     struct st_uring_stats us;
     // Embeddings and matrices already in their run format: read in place.
     uint32_t n_direct = 0;
@@ -240,6 +215,11 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
         goto out;
     }
     for (uint32_t i = 0; i < p->n_models; i++) {
+        if (mode == ST_LOAD_CACHED || (mode == ST_LOAD_AUTO && st_load_is_resident(p->paths[i]))) {
+            if (st_load_resident(p, i, w, &pr, e)) goto out;
+            stats->cached_files++;
+            continue;
+        }
         uint64_t direct_bytes = 0;
         n_direct = 0;
         const struct st_llama_model *m = p->models[i];
@@ -252,9 +232,9 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
             ranges[n_direct++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, w + jb->dst->offset};
             direct_bytes += jb->t->n_bytes;
         }
-        double tr = now_s();
+        double tr = st_load_now_s();
         if (st_uring_read(p->paths[i], ranges, n_direct, &uo, &us, e)) goto out;
-        stats->read_seconds += now_s() - tr;
+        stats->read_seconds += st_load_now_s() - tr;
         pr.base += direct_bytes;
         // Matrices to repack: staged in batches, read, then repacked.
         uint32_t a = 0;
@@ -288,9 +268,9 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
                 sr[ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, at};
                 off += (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096;
             }
-            tr = now_s();
+            tr = st_load_now_s();
             if (st_uring_read(p->paths[i], sr, ns, &uo, &us, e)) goto out;
-            stats->read_seconds += now_s() - tr;
+            stats->read_seconds += st_load_now_s() - tr;
             for (uint32_t j = 0; j < ns; j++) pr.base += sr[j].length;
             if (flush_batch(p, a, b, src, w, e)) goto out;
             a = b;
@@ -298,7 +278,7 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
     }
     stats->file_bytes = total;
     stats->region_bytes = p->bytes;
-    stats->seconds = now_s() - t0;
+    stats->seconds = st_load_now_s() - t0;
     stats->gbps = total / stats->seconds / 1e9;
     if (pr.on) fprintf(stderr, "\n");
     rc = 0;

@@ -1,0 +1,184 @@
+// Loading from a file the page cache already holds (coordinator/load_internal.h).
+//
+// Reading a cached file is a memcpy out of the page cache.  io_uring into a
+// large staging buffer makes that two trips through memory (cache to
+// staging, staging to region) one after the other; here each CPU copies a
+// piece small enough to stay in its L2 and repacks it into the region at
+// once, so the weights cross memory once, on every core.
+#include "coordinator/load_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "shm/uring_read.h"
+
+#define PIECE_BYTES (256u << 10) // source bytes per repacked piece: fits L2 with room
+#define COPY_BYTES (4u << 20)    // bytes per piece read straight into the region
+#define MAX_THREADS 16
+
+bool st_load_is_resident(const char *path) { return st_page_cache_resident(path) >= 0.95; }
+
+// A piece: rows [r0, r1) of a matrix to repack, or bytes read in place.
+struct piece {
+    const struct job *jb; // NULL: a plain copy to dst
+    uint64_t file_offset, length;
+    int64_t r0, r1;
+    uint8_t *dst;
+};
+
+struct loader {
+    const char *path;
+    int fd;
+    uint8_t *w;
+    struct piece *pieces;
+    uint64_t n_pieces, buf_bytes;
+    atomic_uint_fast64_t next, done_bytes;
+    atomic_int failed;
+    struct st_load_progress *pr;
+    pthread_mutex_t err_lock;
+    struct st_error e;
+};
+
+static int add(struct loader *L, uint64_t *cap, struct piece pc)
+{
+    if (L->n_pieces == *cap) {
+        uint64_t c = *cap ? *cap * 2 : 1024;
+        struct piece *np = realloc(L->pieces, c * sizeof *np);
+        if (!np) return -1;
+        L->pieces = np;
+        *cap = c;
+    }
+    L->pieces[L->n_pieces++] = pc;
+    if (pc.jb && pc.length > L->buf_bytes) L->buf_bytes = pc.length;
+    return 0;
+}
+
+static int add_copy(struct loader *L, uint64_t *cap, uint64_t off, uint64_t len, uint8_t *dst)
+{
+    for (uint64_t at = 0; at < len; at += COPY_BYTES) {
+        uint64_t n = len - at < COPY_BYTES ? len - at : COPY_BYTES;
+        if (add(L, cap, (struct piece){NULL, off + at, n, 0, 0, dst + at})) return -1;
+    }
+    return 0;
+}
+
+// Row pieces of whole 8-row groups (the interleaved formats' unit).
+static int add_rows(struct loader *L, uint64_t *cap, const struct job *jb)
+{
+    const struct st_layout_mat *m = jb->dst;
+    uint64_t rb = st_type_row_bytes(m->gguf_type, m->cols);
+    int64_t step = (int64_t)(PIECE_BYTES / rb) / 8 * 8;
+    if (step < 8) step = 8;
+    for (int64_t r0 = 0; r0 < m->rows; r0 += step) {
+        int64_t r1 = r0 + step < m->rows ? r0 + step : m->rows;
+        struct piece pc = {jb, jb->file_offset + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb, r0, r1, NULL};
+        if (add(L, cap, pc)) return -1;
+    }
+    return 0;
+}
+
+static void fail(struct loader *L, const struct st_error *e)
+{
+    pthread_mutex_lock(&L->err_lock);
+    if (!atomic_exchange(&L->failed, 1)) L->e = *e;
+    pthread_mutex_unlock(&L->err_lock);
+}
+
+static int read_full(struct loader *L, uint8_t *dst, uint64_t off, uint64_t len, struct st_error *e)
+{
+    while (len > 0) {
+        ssize_t got = pread(L->fd, dst, len, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return st_error_set(e, "read(%s, offset %llu): %s", L->path, (unsigned long long)off, strerror(errno));
+        if (got == 0)
+            return st_error_set(e, "read(%s, offset %llu): unexpected end of file (was it truncated?)", L->path,
+                                (unsigned long long)off);
+        dst += got;
+        off += (uint64_t)got;
+        len -= (uint64_t)got;
+    }
+    return 0;
+}
+
+static void *worker(void *v)
+{
+    struct loader *L = v;
+    struct st_error e = {{0}};
+    uint8_t *buf = aligned_alloc(64, (L->buf_bytes + 63) / 64 * 64 + 64);
+    if (!buf) {
+        st_error_set(&e, "load: out of memory for a %llu-byte piece buffer", (unsigned long long)L->buf_bytes);
+        fail(L, &e);
+        return NULL;
+    }
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&L->next, 1);
+        if (i >= L->n_pieces || atomic_load(&L->failed)) break;
+        const struct piece *pc = &L->pieces[i];
+        int rc;
+        if (!pc->jb) {
+            rc = read_full(L, pc->dst, pc->file_offset, pc->length, &e);
+        } else {
+            const struct st_layout_mat *m = pc->jb->dst;
+            rc = read_full(L, buf, pc->file_offset, pc->length, &e);
+            if (!rc)
+                rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, buf, pc->r0, pc->r1, L->w + m->offset,
+                                    m->bytes, &e);
+        }
+        if (rc) {
+            fail(L, &e);
+            break;
+        }
+        uint64_t done = atomic_fetch_add(&L->done_bytes, pc->length) + pc->length;
+        if (L->pr->on && pc->length >= (1u << 20)) st_load_draw(L->pr, done, L->pr->total);
+    }
+    free(buf);
+    return NULL;
+}
+
+int st_load_resident(const struct st_load_plan *p, uint32_t model, uint8_t *w, struct st_load_progress *pr,
+                     struct st_error *e)
+{
+    const struct st_llama_model *m = p->models[model];
+    struct loader L = {.path = p->paths[model], .w = w, .pr = pr, .err_lock = PTHREAD_MUTEX_INITIALIZER};
+    uint64_t cap = 0;
+    int rc = -1;
+    L.fd = open(L.path, O_RDONLY | O_CLOEXEC);
+    if (L.fd < 0) return st_error_set(e, "open(%s): %s", L.path, strerror(errno));
+    if (add_copy(&L, &cap, m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
+                 w + p->dir.model[model].embd_offset))
+        goto oom;
+    for (uint32_t j = 0; j < p->n_jobs; j++) {
+        const struct job *jb = &p->jobs[j];
+        if (jb->model != model) continue;
+        int r = jb->dst->run_type == jb->dst->gguf_type ? add_copy(&L, &cap, jb->file_offset, jb->t->n_bytes, w + jb->dst->offset)
+                                                         : add_rows(&L, &cap, jb);
+        if (r) goto oom;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = ncpu < 1 ? 1 : ncpu > MAX_THREADS ? MAX_THREADS : (int)ncpu;
+    pthread_t th[MAX_THREADS];
+    int started = 1;
+    for (; started < n; started++)
+        if (pthread_create(&th[started], NULL, worker, &L)) break;
+    worker(&L);
+    for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
+    pr->base += atomic_load(&L.done_bytes);
+    if (atomic_load(&L.failed)) {
+        *e = L.e;
+        goto out;
+    }
+    rc = 0;
+    goto out;
+oom:
+    st_error_set(e, "load: out of memory");
+out:
+    free(L.pieces);
+    close(L.fd);
+    return rc;
+}
