@@ -14,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/bench_load.h"
 #include "shm/shm.h"
 
 struct bench_opts {
     const char *file;  // NULL: a generated temporary file
+    const char *model; // GGUF: time the model loader against cat too
     uint64_t size_mib; // of the generated file
     uint64_t iters;    // barrier rounds
     uint32_t qd;
@@ -26,16 +28,17 @@ struct bench_opts {
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
-    *o = (struct bench_opts){NULL, 256, 200000, 0, 0};
+    *o = (struct bench_opts){NULL, NULL, 256, 200000, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--file") && v) o->file = v;
+        else if (!strcmp(a, "--model") && v) o->model = v;
         else if (!strcmp(a, "--size") && v) o->size_mib = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--iters") && v) o->iters = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--qd") && v) o->qd = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--io-kib") && v) o->io_kib = strtoull(v, NULL, 10);
         else {
-            fprintf(stderr, "usage: subternary bench shm [--file F] [--size MIB] [--iters N] "
+            fprintf(stderr, "usage: subternary bench shm [--file F] [--model F.gguf] [--size MIB] [--iters N] "
                             "[--qd N] [--io-kib N]\n");
             return -1;
         }
@@ -141,7 +144,7 @@ static int rollback_latency(struct st_error *e)
 
 // Evicts the file from the page cache: DONTNEED on the file, and as root
 // the global drop_caches too (failure ignored: containers often refuse).
-static void make_cold(const char *path)
+void st_bench_make_cold(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -161,8 +164,8 @@ static void make_cold(const char *path)
 // dst NULL: what `cat FILE > /dev/null` does, read() 128 KiB at a time into
 // one small buffer.  Otherwise read() 2 MiB at a time into dst (window bytes,
 // reused when the file is larger): a read()-based loader.
-static int read_loop(const char *path, uint8_t *dst, uint64_t window, double *gbps,
-                     struct st_error *e)
+int st_bench_read_loop(const char *path, uint8_t *dst, uint64_t window, double *gbps,
+                       struct st_error *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st_error_set(e, "open(%s): %s", path, strerror(errno));
@@ -287,14 +290,14 @@ static int load_throughput(const struct bench_opts *bo, struct st_error *e)
     const char *state[2] = {"cold", "warm"};
     for (int warm = 0; warm < 2; warm++) {
         double cat, rd, ur, direct, res[3];
-        if (warm && read_loop(path, NULL, window, &cat, e) < 0) goto out; // fills the cache
-        if (!warm) make_cold(path);
+        if (warm && st_bench_read_loop(path, NULL, window, &cat, e) < 0) goto out; // fills the cache
+        if (!warm) st_bench_make_cold(path);
         res[0] = st_page_cache_resident(path);
-        if (read_loop(path, NULL, window, &cat, e) < 0) goto out;
-        if (!warm) make_cold(path);
+        if (st_bench_read_loop(path, NULL, window, &cat, e) < 0) goto out;
+        if (!warm) st_bench_make_cold(path);
         res[1] = st_page_cache_resident(path);
-        if (read_loop(path, dst, window, &rd, e) < 0) goto out;
-        if (!warm) make_cold(path);
+        if (st_bench_read_loop(path, dst, window, &rd, e) < 0) goto out;
+        if (!warm) st_bench_make_cold(path);
         res[2] = st_page_cache_resident(path);
         if (uring_load(path, bytes, dst, window, bo, &ur, &direct, e) < 0) goto out;
         printf("  %s: read() 128 KiB like cat %6.2f GB/s | read() into memory %6.2f GB/s | "
@@ -321,6 +324,7 @@ int st_bench_shm(int argc, char **argv)
            "(futex only)\n", spin / 1e3, ST_BARRIER_DEFAULT_SPIN_NS / 1000, futex / 1e3);
     if (rollback_latency(&e) < 0) goto fail;
     if (load_throughput(&o, &e) < 0) goto fail;
+    if (o.model && st_bench_model_load(o.model, &e) < 0) goto fail;
     return 0;
 fail:
     fprintf(stderr, "bench shm: %s\n", e.msg);

@@ -11,7 +11,6 @@
 #include "shm/uring_read.h"
 #include "coordinator/load_internal.h"
 
-#define STAGING_BYTES (UINT64_C(256) << 20)
 
 static uint64_t take(uint64_t *at, uint64_t bytes, uint64_t align)
 {
@@ -120,56 +119,6 @@ void st_load_draw(void *ctx, uint64_t done, uint64_t total)
             w - fill, "", 100.0 * d / (pr->total ? pr->total : 1), el > 0 ? d / el / 1e9 : 0.0);
 }
 
-// Repacks staged jobs [a, b) with two threads splitting the row groups.
-struct repack_arg {
-    const struct job *jobs;
-    const void *const *src;
-    uint8_t *weights;
-    uint32_t a, b, part, parts;
-    int rc;
-    struct st_error e;
-};
-
-static void *repack_thread(void *v)
-{
-    struct repack_arg *ra = v;
-    for (uint32_t j = ra->a; j < ra->b && !ra->rc; j++) {
-        const struct job *jb = &ra->jobs[j];
-        const struct st_layout_mat *m = jb->dst;
-        if (!ra->src[j - ra->a]) continue;
-        int64_t per = (m->rows + ra->parts - 1) / ra->parts;
-        per = (per + 7) / 8 * 8;
-        int64_t r0 = per * ra->part, r1 = r0 + per < m->rows ? r0 + per : m->rows;
-        if (r0 >= r1) continue;
-        size_t rb = st_type_row_bytes(m->gguf_type, m->cols);
-        ra->rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type,
-                                (const uint8_t *)ra->src[j - ra->a] + r0 * rb, r0, r1, ra->weights + m->offset,
-                                m->bytes, &ra->e);
-    }
-    return NULL;
-}
-
-static int flush_batch(const struct st_load_plan *p, uint32_t a, uint32_t b, const void **src, uint8_t *weights,
-                       struct st_error *e)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t parts = ncpu > 1 ? (ncpu > 8 ? 8 : (uint32_t)ncpu) : 1;
-    pthread_t th[8];
-    struct repack_arg ra[8];
-    for (uint32_t t = 0; t < parts; t++) {
-        ra[t] = (struct repack_arg){p->jobs, (const void *const *)src, weights, a, b, t, parts, 0, {{0}}};
-        if (t > 0 && pthread_create(&th[t], NULL, repack_thread, &ra[t])) parts = t;
-    }
-    repack_thread(&ra[0]);
-    for (uint32_t t = 1; t < parts; t++) pthread_join(th[t], NULL);
-    for (uint32_t t = 0; t < parts; t++)
-        if (ra[t].rc) {
-            *e = ra[t].e;
-            return -1;
-        }
-    return 0;
-}
-
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
                 struct st_load_stats *stats, struct st_error *e)
 {
@@ -206,11 +155,8 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
     // Embeddings and matrices already in their run format: read in place.
     uint32_t n_direct = 0;
     struct st_read_range *ranges = calloc(p->n_jobs + p->n_models, sizeof *ranges);
-    uint8_t *staging = NULL;
-    const void **src = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *src);
-    struct st_read_range *sr = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *sr);
     int rc = -1;
-    if (!ranges || !src || !sr) {
+    if (!ranges) {
         st_error_set(e, "load: out of memory");
         goto out;
     }
@@ -237,44 +183,7 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
         stats->read_seconds += st_load_now_s() - tr;
         pr.base += direct_bytes;
         // Matrices to repack: staged in batches, read, then repacked.
-        uint32_t a = 0;
-        while (a < p->n_jobs) {
-            uint64_t staged = 0;
-            uint32_t b = a, ns = 0;
-            for (; b < p->n_jobs; b++) {
-                const struct job *jb = &p->jobs[b];
-                bool mine = jb->model == i && jb->dst->run_type != jb->dst->gguf_type;
-                // Each tensor gets its own 4 KiB-aligned room plus the file
-                // offset's position in its page, so O_DIRECT can read it.
-                uint64_t room = (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096;
-                if (mine && staged && staged + room > STAGING_BYTES) break;
-                if (mine) staged += room;
-            }
-            if (!staged) {
-                a = b;
-                continue;
-            }
-            if (!staging && !(staging = aligned_alloc(4096, STAGING_BYTES > staged ? STAGING_BYTES : staged))) {
-                st_error_set(e, "load: cannot allocate the %llu-byte staging buffer", (unsigned long long)STAGING_BYTES);
-                goto out;
-            }
-            uint64_t off = 0;
-            for (uint32_t j = a; j < b; j++) {
-                const struct job *jb = &p->jobs[j];
-                src[j - a] = NULL;
-                if (jb->model != i || jb->dst->run_type == jb->dst->gguf_type) continue;
-                uint8_t *at = staging + off + jb->file_offset % 4096;
-                src[j - a] = at;
-                sr[ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, at};
-                off += (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096;
-            }
-            tr = st_load_now_s();
-            if (st_uring_read(p->paths[i], sr, ns, &uo, &us, e)) goto out;
-            stats->read_seconds += st_load_now_s() - tr;
-            for (uint32_t j = 0; j < ns; j++) pr.base += sr[j].length;
-            if (flush_batch(p, a, b, src, w, e)) goto out;
-            a = b;
-        }
+        if (st_load_staged(p, i, w, &uo, stats, e)) goto out;
     }
     stats->file_bytes = total;
     stats->region_bytes = p->bytes;
@@ -284,8 +193,5 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
     rc = 0;
 out:
     free(ranges);
-    free(src);
-    free(sr);
-    free(staging);
     return rc;
 }

@@ -3,6 +3,7 @@
 #define ST_COORDINATOR_LOAD_INTERNAL_H
 
 #include "coordinator/load.h"
+#include "shm/uring_read.h"
 
 // One matrix to place: where it comes from and where it goes.
 struct job {
@@ -41,5 +42,11 @@ bool st_load_is_resident(const char *path);
 // into the weights section w.
 int st_load_resident(const struct st_load_plan *p, uint32_t model, uint8_t *w, struct st_load_progress *pr,
                      struct st_error *e);
+
+// Reads model `model`'s matrices that need repacking with io_uring into
+// staging buffers and repacks them into w, one batch repacking while the
+// next is read.  uo->progress_ctx is the st_load_progress.
+int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, const struct st_uring_opts *uo,
+                   struct st_load_stats *stats, struct st_error *e);
 
 #endif
