@@ -6,6 +6,14 @@
 
 #include <zmq.h>
 
+int st_wire_send_packed(void *sock, const void *identity, size_t identity_len, const void *payload, size_t len,
+                        int flags)
+{
+    if (identity && zmq_send(sock, identity, identity_len, ZMQ_SNDMORE | flags) < 0) return -1;
+    if (zmq_send(sock, ST_WIRE_VERSION, ST_WIRE_VERSION_LEN, ZMQ_SNDMORE | flags) < 0) return -1;
+    return zmq_send(sock, payload, len, flags) < 0 ? -1 : 0;
+}
+
 int st_wire_send(void *sock, const void *identity, size_t identity_len, const ProtobufCMessage *m, int flags)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
@@ -16,11 +24,10 @@ int st_wire_send(void *sock, const void *identity, size_t identity_len, const Pr
         return -1;
     }
     protobuf_c_message_pack(m, buf);
-    int rc = 0;
-    if (identity && zmq_send(sock, identity, identity_len, ZMQ_SNDMORE | flags) < 0) rc = -1;
-    if (!rc && zmq_send(sock, ST_WIRE_VERSION, ST_WIRE_VERSION_LEN, ZMQ_SNDMORE | flags) < 0) rc = -1;
-    if (!rc && zmq_send(sock, buf, n, flags) < 0) rc = -1;
+    int rc = st_wire_send_packed(sock, identity, identity_len, buf, n, flags);
+    int saved = errno;
     if (buf != stackbuf) free(buf);
+    errno = saved;
     return rc;
 }
 

@@ -29,6 +29,9 @@ struct st_wire_msg {
 // (errno from ZeroMQ; EAGAIN / EHOSTUNREACH for a gone peer with
 // ZMQ_DONTWAIT).
 int st_wire_send(void *sock, const void *identity, size_t identity_len, const ProtobufCMessage *m, int flags);
+// The same with a payload packed already (a client keeps one to resend it).
+int st_wire_send_packed(void *sock, const void *identity, size_t identity_len, const void *payload, size_t len,
+                        int flags);
 
 // Receives one whole multipart message.  router: expect an identity frame.
 // Returns 0, or -1 when nothing could be read (errno set, e.g. EAGAIN).  A
