@@ -1,6 +1,7 @@
 // Server statistics as Prometheus text exposition (format 0.0.4): one
 // "# HELP" and one "# TYPE" line per metric family, then its samples.
-// Counters end in _total; per-node figures carry a node label.
+// Counters end in _total; per-node figures carry a node label (and a server
+// label when the figures add up several servers).
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -38,9 +39,18 @@ static void counter(struct out *o, const char *name, const char *help, uint64_t 
     put(o, "subternary_%s %llu\n", name, (unsigned long long)v);
 }
 
+// The labels of nodes[i]: with several servers also which server it is on.
+static const char *label(const struct st_client_stats *st, uint32_t i, char *buf)
+{
+    if (st->servers > 1) snprintf(buf, 64, "server=\"%u\",node=\"%u\"", st->node_server[i], st->nodes[i].node);
+    else snprintf(buf, 64, "node=\"%u\"", st->nodes[i].node);
+    return buf;
+}
+
 size_t st_client_prometheus(const struct st_client_stats *st, char *buf, size_t cap)
 {
     struct out o = {buf, cap, 0};
+    char l[64];
     if (cap) buf[0] = 0;
     gauge(&o, "sessions", "Generation sessions running now.", st->sessions);
     gauge(&o, "sessions_peak", "Most sessions running at once since start.", st->sessions_peak);
@@ -63,21 +73,25 @@ size_t st_client_prometheus(const struct st_client_stats *st, char *buf, size_t 
     gauge(&o, "acceptance", "Accepted over proposed draft tokens since start.", st->acceptance);
     counter(&o, "worker_restarts_total", "Worker processes replaced after a crash or a hang.", st->worker_restarts);
     gauge(&o, "uptime_seconds", "Seconds since the server started.", st->uptime_seconds);
+    if (st->servers > 1) {
+        gauge(&o, "servers", "Servers behind this client.", st->servers);
+        gauge(&o, "servers_answered", "Servers whose figures are summed here.", st->servers_answered);
+    }
     family(&o, "node_sessions", "gauge", "Sessions placed on a node now.");
     for (uint32_t i = 0; i < st->n_nodes; i++)
-        put(&o, "subternary_node_sessions{node=\"%u\"} %u\n", st->nodes[i].node, st->nodes[i].sessions);
+        put(&o, "subternary_node_sessions{%s} %u\n", label(st, i, l), st->nodes[i].sessions);
     family(&o, "node_slots", "gauge", "KV slots of a node.");
     for (uint32_t i = 0; i < st->n_nodes; i++)
-        put(&o, "subternary_node_slots{node=\"%u\"} %u\n", st->nodes[i].node, st->nodes[i].slots);
+        put(&o, "subternary_node_slots{%s} %u\n", label(st, i, l), st->nodes[i].slots);
     family(&o, "node_workers", "gauge", "Worker processes of a node.");
     for (uint32_t i = 0; i < st->n_nodes; i++)
-        put(&o, "subternary_node_workers{node=\"%u\"} %u\n", st->nodes[i].node, st->nodes[i].workers);
+        put(&o, "subternary_node_workers{%s} %u\n", label(st, i, l), st->nodes[i].workers);
     family(&o, "node_workers_ready", "gauge", "Worker processes of a node that are ready.");
     for (uint32_t i = 0; i < st->n_nodes; i++)
-        put(&o, "subternary_node_workers_ready{node=\"%u\"} %u\n", st->nodes[i].node, st->nodes[i].workers_ready);
+        put(&o, "subternary_node_workers_ready{%s} %u\n", label(st, i, l), st->nodes[i].workers_ready);
     family(&o, "node_worker_restarts_total", "counter", "Worker processes of a node replaced.");
     for (uint32_t i = 0; i < st->n_nodes; i++)
-        put(&o, "subternary_node_worker_restarts_total{node=\"%u\"} %llu\n", st->nodes[i].node,
+        put(&o, "subternary_node_worker_restarts_total{%s} %llu\n", label(st, i, l),
             (unsigned long long)st->nodes[i].worker_restarts);
     return o.len;
 }

@@ -1,120 +1,29 @@
-// The C client library (include/subternary.h): one DEALER socket, protobuf-c
-// messages framed as [version, payload].
-#include "include/subternary.h"
-
+// The C client library's calls (include/subternary.h): protobuf-c messages
+// framed as [version, payload], to one server or to several (client/routes.c
+// places requests; client/recv.c receives).
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include <zmq.h>
 
-#include "proto/subternary.pb-c.h"
+#include "client/client.h"
 #include "proto/wire.h"
 
-struct pending {
-    struct st_client_event ev;
-    struct pending *next;
-};
-
-struct st_client {
-    void *zctx;
-    void *sock;                 // DEALER
-    char err[512];
-    struct pending *head, *tail; // events that arrived while waiting for a stats or health reply
-};
-
-static int fail(struct st_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(struct st_client *c, const char *fmt, ...)
+int st_client_send(struct st_client *c, int s, const uint8_t *msg, size_t len)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-const char *st_client_error(const struct st_client *c) { return c ? c->err : "out of memory"; }
-
-static bool z85_key(const char *k) { return k && strlen(k) == 40; }
-
-int st_client_connect(const struct st_client_options *o, struct st_client **out)
-{
-    struct st_client *c = calloc(1, sizeof *c);
-    *out = c;
-    if (!c) return -1;
-    if (!o->endpoint) return fail(c, "no endpoint");
-    c->zctx = zmq_ctx_new();
-    c->sock = c->zctx ? zmq_socket(c->zctx, ZMQ_DEALER) : NULL;
-    if (!c->sock) return fail(c, "zmq_socket(DEALER): %s", zmq_strerror(errno));
-    int linger = 200;
-    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
-    // A routing id of our own (printable, never starting with a zero byte,
-    // which ZeroMQ reserves) lets the server recognise our retries even over
-    // a new connection.
-    char ident[64];
-    if (o->identity) {
-        snprintf(ident, sizeof ident, "%s", o->identity);
-    } else {
-        uint8_t rnd[12];
-        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-            uint64_t t = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)c << 16);
-            memcpy(rnd, &t, 8);
-            memset(rnd + 8, 0x5a, 4);
-        }
-        int n = snprintf(ident, sizeof ident, "c-");
-        for (size_t i = 0; i < sizeof rnd; i++) n += snprintf(ident + n, sizeof ident - (size_t)n, "%02x", rnd[i]);
-    }
-    if (!ident[0] || zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, ident, strlen(ident)))
-        return fail(c, "identity '%s': %s", ident, ident[0] ? zmq_strerror(errno) : "empty");
-    if (o->server_key) {
-        char pub[41], sec[41];
-        if (!z85_key(o->server_key)) return fail(c, "server key must be 40 Z85 characters");
-        if (o->public_key || o->secret_key) {
-            if (!z85_key(o->public_key) || !z85_key(o->secret_key))
-                return fail(c, "client public and secret keys must both be 40 Z85 characters");
-            memcpy(pub, o->public_key, 41);
-            memcpy(sec, o->secret_key, 41);
-        } else if (zmq_curve_keypair(pub, sec)) {
-            return fail(c, "zmq_curve_keypair: %s", zmq_strerror(errno));
-        }
-        if (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, o->server_key, 41) ||
-            zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 41) || zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 41))
-            return fail(c, "CURVE keys: %s", zmq_strerror(errno));
-    }
-    if (zmq_connect(c->sock, o->endpoint)) return fail(c, "zmq_connect(%s): %s", o->endpoint, zmq_strerror(errno));
+    if (st_wire_send_packed(c->servers[s].sock, NULL, 0, msg, len, c->n > 1 ? ZMQ_DONTWAIT : 0))
+        return st_client_fail(c, "zmq_send(%s): %s", c->servers[s].endpoint, zmq_strerror(errno));
     return 0;
 }
 
-void st_client_event_clear(struct st_client_event *ev)
+static int pack(struct st_client *c, const Subternary__Envelope *env, uint8_t **msg, size_t *len)
 {
-    free(ev->ids);
-    free(ev->text);
-    memset(ev, 0, sizeof *ev);
-}
-
-void st_client_close(struct st_client **cp)
-{
-    struct st_client *c = *cp;
-    if (!c) return;
-    while (c->head) {
-        struct pending *p = c->head;
-        c->head = p->next;
-        st_client_event_clear(&p->ev);
-        free(p);
-    }
-    if (c->sock) zmq_close(c->sock);
-    if (c->zctx) zmq_ctx_term(c->zctx);
-    free(c);
-    *cp = NULL;
-}
-
-static int send_env(struct st_client *c, Subternary__Envelope *env)
-{
-    if (st_wire_send(c->sock, NULL, 0, &env->base, 0)) return fail(c, "zmq_send: %s", zmq_strerror(errno));
+    *len = protobuf_c_message_get_packed_size(&env->base);
+    *msg = malloc(*len ? *len : 1);
+    if (!*msg) return st_client_fail(c, "out of memory");
+    protobuf_c_message_pack(&env->base, *msg);
     return 0;
 }
 
@@ -123,8 +32,9 @@ int st_client_submit(struct st_client *c, const struct st_client_request *r)
     Subternary__GenerateRequest g = SUBTERNARY__GENERATE_REQUEST__INIT;
     Subternary__Sampling s = SUBTERNARY__SAMPLING__INIT;
     Subternary__Speculation sp = SUBTERNARY__SPECULATION__INIT;
-    if (!r->request_id) return fail(c, "no request id");
-    if (r->n_stop > ST_CLIENT_MAX_STOPS) return fail(c, "%zu stop strings: at most %d", r->n_stop, ST_CLIENT_MAX_STOPS);
+    if (!r->request_id) return st_client_fail(c, "no request id");
+    if (r->n_stop > ST_CLIENT_MAX_STOPS)
+        return st_client_fail(c, "%zu stop strings: at most %d", r->n_stop, ST_CLIENT_MAX_STOPS);
     g.request_id = (char *)r->request_id;
     if (r->prompt_text) g.prompt_text = (char *)r->prompt_text;
     g.prompt_ids = (uint32_t *)r->prompt_ids;
@@ -151,213 +61,132 @@ int st_client_submit(struct st_client *c, const struct st_client_request *r)
     Subternary__Envelope env = SUBTERNARY__ENVELOPE__INIT;
     env.msg_case = SUBTERNARY__ENVELOPE__MSG_GENERATE;
     env.generate = &g;
-    return send_env(c, &env);
+    uint8_t *msg;
+    size_t len;
+    if (pack(c, &env, &msg, &len)) return -1;
+    int rc = c->n > 1 ? st_client_route_submit(c, r->request_id, msg, len) : st_client_send(c, 0, msg, len);
+    free(msg);
+    return rc;
 }
 
 int st_client_cancel(struct st_client *c, const char *request_id)
 {
+    if (!request_id) return st_client_fail(c, "no request id");
     Subternary__Cancel m = SUBTERNARY__CANCEL__INIT;
     m.request_id = (char *)request_id;
     Subternary__Envelope env = SUBTERNARY__ENVELOPE__INIT;
     env.msg_case = SUBTERNARY__ENVELOPE__MSG_CANCEL;
     env.cancel = &m;
-    return send_env(c, &env);
+    struct st_client_route *r = c->n > 1 ? st_client_route_find(c, request_id) : NULL;
+    if (c->n > 1 && !r) { // what a server answers for a request it does not have
+        struct st_client_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.type = ST_CLIENT_EV_ERROR;
+        ev.code = ST_CLIENT_ERR_UNKNOWN_REQUEST;
+        ev.server = -1;
+        snprintf(ev.request_id, sizeof ev.request_id, "%s", request_id);
+        snprintf(ev.message, sizeof ev.message, "no request %s in flight from this client", request_id);
+        return st_client_push(c, &ev);
+    }
+    uint8_t *msg;
+    size_t len;
+    if (pack(c, &env, &msg, &len)) return -1;
+    int rc = st_client_send(c, r ? r->server : 0, msg, len);
+    free(msg);
+    if (!rc && r) r->cancelled = true;
+    return rc;
+}
+
+// Sends to every server connected now; if none is, waits up to the connect
+// timeout for one.
+static int broadcast(struct st_client *c, const Subternary__Envelope *env)
+{
+    uint8_t *msg;
+    size_t len;
+    if (pack(c, env, &msg, &len)) return -1;
+    int64_t give_up = st_client_now_ms() + c->connect_wait_ms;
+    int sent = 0;
+    for (;;) {
+        for (int s = 0; s < c->n; s++) sent += !c->servers[s].down && st_client_send(c, s, msg, len) == 0;
+        int64_t left = give_up - st_client_now_ms();
+        if (sent || c->n == 1 || left <= 0 || st_client_wait_writable(c, (int)left) < 0) break;
+    }
+    free(msg);
+    if (!sent && c->n > 1) st_client_fail(c, "none of the %d servers is connected", c->n);
+    return sent ? 0 : -1;
+}
+
+// The envelope of a stats or health request (m holds its body).
+union probe {
+    Subternary__StatsRequest stats;
+    Subternary__HealthRequest health;
+};
+
+static void probe_env(enum st_client_event_type type, union probe *m, Subternary__Envelope *env)
+{
+    subternary__envelope__init(env);
+    if (type == ST_CLIENT_EV_STATS) {
+        subternary__stats_request__init(&m->stats);
+        env->msg_case = SUBTERNARY__ENVELOPE__MSG_STATS_REQUEST;
+        env->stats_request = &m->stats;
+    } else {
+        subternary__health_request__init(&m->health);
+        env->msg_case = SUBTERNARY__ENVELOPE__MSG_HEALTH_REQUEST;
+        env->health_request = &m->health;
+    }
 }
 
 int st_client_request_stats(struct st_client *c)
 {
-    Subternary__StatsRequest m = SUBTERNARY__STATS_REQUEST__INIT;
-    Subternary__Envelope env = SUBTERNARY__ENVELOPE__INIT;
-    env.msg_case = SUBTERNARY__ENVELOPE__MSG_STATS_REQUEST;
-    env.stats_request = &m;
-    return send_env(c, &env);
+    union probe m;
+    Subternary__Envelope env;
+    probe_env(ST_CLIENT_EV_STATS, &m, &env);
+    return broadcast(c, &env);
 }
 
 int st_client_request_health(struct st_client *c)
 {
-    Subternary__HealthRequest m = SUBTERNARY__HEALTH_REQUEST__INIT;
-    Subternary__Envelope env = SUBTERNARY__ENVELOPE__INIT;
-    env.msg_case = SUBTERNARY__ENVELOPE__MSG_HEALTH_REQUEST;
-    env.health_request = &m;
-    return send_env(c, &env);
+    union probe m;
+    Subternary__Envelope env;
+    probe_env(ST_CLIENT_EV_HEALTH, &m, &env);
+    return broadcast(c, &env);
 }
 
-static void copy_str(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src ? src : ""); }
-
-static void stats_of(const Subternary__Stats *m, struct st_client_stats *st)
+// Asks every server and waits for their replies: *evs (one per server,
+// malloc'd) and got[].
+static int ask_all(struct st_client *c, enum st_client_event_type type, struct st_client_event **evs, bool *got,
+                   int timeout_ms)
 {
-    memset(st, 0, sizeof *st);
-    st->sessions = m->sessions;
-    st->sessions_peak = m->sessions_peak;
-    st->slots = m->slots;
-    st->queued = m->queued;
-    st->queued_peak = m->queued_peak;
-    st->queue_limit = m->queue_limit;
-    st->requests_done = m->requests_done;
-    st->requests_cancelled = m->requests_cancelled;
-    st->requests_disconnected = m->requests_disconnected;
-    st->requests_rejected = m->requests_rejected;
-    st->requests_failed = m->requests_failed;
-    st->errors = m->errors;
-    st->tokens_generated = m->tokens_generated;
-    st->drafted = m->drafted;
-    st->accepted = m->accepted;
-    st->worker_restarts = m->worker_restarts;
-    st->tokens_per_second = m->tokens_per_second;
-    st->acceptance = m->acceptance;
-    st->uptime_seconds = m->uptime_seconds;
-    for (size_t i = 0; i < m->n_nodes && st->n_nodes < ST_CLIENT_MAX_NODES; i++) {
-        const Subternary__NodeStats *n = m->nodes[i];
-        st->nodes[st->n_nodes++] = (struct st_client_node_stats){n->node, n->workers, n->workers_ready, n->sessions,
-                                                                 n->slots, n->worker_restarts};
-    }
-}
-
-// Converts one server message; false if it is not one a server sends.
-static bool event_of(const Subternary__Envelope *m, struct st_client_event *ev)
-{
-    memset(ev, 0, sizeof *ev);
-    switch (m->msg_case) {
-    case SUBTERNARY__ENVELOPE__MSG_CHUNK: {
-        const Subternary__TokenChunk *ch = m->chunk;
-        ev->type = ST_CLIENT_EV_CHUNK;
-        copy_str(ev->request_id, sizeof ev->request_id, ch->request_id);
-        ev->ids = malloc((ch->n_ids ? ch->n_ids : 1) * sizeof *ev->ids);
-        ev->text = malloc(ch->text.len + 1);
-        if (!ev->ids || !ev->text) {
-            st_client_event_clear(ev);
-            return false;
-        }
-        if (ch->n_ids) memcpy(ev->ids, ch->ids, ch->n_ids * sizeof *ev->ids);
-        ev->n_ids = ch->n_ids;
-        ev->offset = ch->offset;
-        if (ch->text.len) memcpy(ev->text, ch->text.data, ch->text.len);
-        ev->text[ch->text.len] = 0;
-        ev->text_len = ch->text.len;
-        return true;
-    }
-    case SUBTERNARY__ENVELOPE__MSG_DONE: {
-        const Subternary__Done *d = m->done;
-        ev->type = ST_CLIENT_EV_DONE;
-        copy_str(ev->request_id, sizeof ev->request_id, d->request_id);
-        ev->done = (struct st_client_done){
-            .reason = d->reason, .prompt_tokens = d->prompt_tokens, .tokens = d->tokens, .rounds = d->rounds,
-            .drafted = d->drafted, .accepted = d->accepted, .worker_restarts = d->worker_restarts,
-            .acceptance = d->acceptance, .mean_k = d->mean_k, .prompt_seconds = d->prompt_seconds,
-            .seconds = d->seconds, .draft_seconds = d->draft_seconds, .verify_seconds = d->verify_seconds,
-            .queue_seconds = d->queue_seconds, .wall_seconds = d->wall_seconds};
-        return true;
-    }
-    case SUBTERNARY__ENVELOPE__MSG_ERROR:
-        ev->type = ST_CLIENT_EV_ERROR;
-        copy_str(ev->request_id, sizeof ev->request_id, m->error->request_id);
-        ev->code = m->error->code;
-        copy_str(ev->message, sizeof ev->message, m->error->message);
-        return true;
-    case SUBTERNARY__ENVELOPE__MSG_STATS:
-        ev->type = ST_CLIENT_EV_STATS;
-        stats_of(m->stats, &ev->stats);
-        return true;
-    case SUBTERNARY__ENVELOPE__MSG_HEALTH: {
-        const Subternary__Health *h = m->health;
-        ev->type = ST_CLIENT_EV_HEALTH;
-        ev->health.ok = h->ok;
-        ev->health.workers_ready = h->workers_ready;
-        ev->health.workers_total = h->workers_total;
-        ev->health.sessions = h->sessions;
-        ev->health.queued = h->queued;
-        copy_str(ev->health.target, sizeof ev->health.target, h->target);
-        copy_str(ev->health.draft, sizeof ev->health.draft, h->draft);
-        return true;
-    }
-    default: return false;
-    }
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-// The next event from the socket (not the pending list).
-static int recv_event(struct st_client *c, struct st_client_event *ev, int timeout_ms)
-{
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-    for (;;) {
-        int left = deadline < 0 ? -1 : (int)(deadline - now_ms() > 0 ? deadline - now_ms() : 0);
-        zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(&it, 1, left);
-        if (rc < 0) {
-            if (errno == EINTR) return fail(c, "interrupted");
-            return fail(c, "zmq_poll: %s", zmq_strerror(errno));
-        }
-        if (rc == 0) return 0;
-        struct st_wire_msg m;
-        if (st_wire_recv(c->sock, false, &m, ZMQ_DONTWAIT)) continue;
-        Subternary__Envelope *env =
-            m.shape_ok && m.version_ok ? subternary__envelope__unpack(NULL, m.payload_len, m.payload) : NULL;
-        st_wire_msg_clear(&m);
-        if (!env) continue;
-        bool ok = event_of(env, ev);
-        subternary__envelope__free_unpacked(env, NULL);
-        if (ok) return 1;
-    }
-}
-
-int st_client_next(struct st_client *c, struct st_client_event *ev, int timeout_ms)
-{
-    if (c->head) {
-        struct pending *p = c->head;
-        c->head = p->next;
-        if (!c->head) c->tail = NULL;
-        *ev = p->ev;
-        free(p);
-        return 1;
-    }
-    return recv_event(c, ev, timeout_ms);
-}
-
-// Waits for an event of one type, keeping the others for st_client_next.
-static int wait_for(struct st_client *c, enum st_client_event_type type, struct st_client_event *ev, int timeout_ms)
-{
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-    for (;;) {
-        int left = deadline < 0 ? -1 : (int)(deadline - now_ms() > 0 ? deadline - now_ms() : 0);
-        int rc = recv_event(c, ev, left);
-        if (rc <= 0) return rc;
-        if (ev->type == type) return 1;
-        struct pending *p = malloc(sizeof *p);
-        if (!p) {
-            st_client_event_clear(ev);
-            return fail(c, "out of memory");
-        }
-        p->ev = *ev;
-        p->next = NULL;
-        if (c->tail) c->tail->next = p;
-        else c->head = p;
-        c->tail = p;
-    }
+    union probe m;
+    Subternary__Envelope env;
+    probe_env(type, &m, &env);
+    uint8_t *msg;
+    size_t len;
+    *evs = calloc((size_t)c->n, sizeof **evs);
+    if (!*evs) return st_client_fail(c, "out of memory");
+    if (pack(c, &env, &msg, &len)) return -1;
+    int rc = st_client_gather(c, msg, len, type, *evs, got, timeout_ms);
+    free(msg);
+    return rc;
 }
 
 int st_client_stats(struct st_client *c, struct st_client_stats *st, int timeout_ms)
 {
-    if (st_client_request_stats(c)) return -1;
-    struct st_client_event ev;
-    int rc = wait_for(c, ST_CLIENT_EV_STATS, &ev, timeout_ms);
-    if (rc == 1) *st = ev.stats;
-    if (rc == 1) st_client_event_clear(&ev);
+    struct st_client_event *evs;
+    bool got[ST_CLIENT_MAX_SERVERS];
+    int rc = ask_all(c, ST_CLIENT_EV_STATS, &evs, got, timeout_ms);
+    if (rc == 1) st_client_stats_combine(evs, got, c->n, st);
+    free(evs);
     return rc;
 }
 
 int st_client_health(struct st_client *c, struct st_client_health *h, int timeout_ms)
 {
-    if (st_client_request_health(c)) return -1;
-    struct st_client_event ev;
-    int rc = wait_for(c, ST_CLIENT_EV_HEALTH, &ev, timeout_ms);
-    if (rc == 1) *h = ev.health;
-    if (rc == 1) st_client_event_clear(&ev);
+    struct st_client_event *evs;
+    bool got[ST_CLIENT_MAX_SERVERS];
+    int rc = ask_all(c, ST_CLIENT_EV_HEALTH, &evs, got, timeout_ms);
+    if (rc == 1) st_client_health_combine(evs, got, c->n, h);
+    free(evs);
     return rc;
 }
 

@@ -4,6 +4,24 @@
 // cancel, ask for stats and health.  Single-threaded: one st_client per
 // thread.  Functions return 0 on success and -1 on failure, with the reason in
 // st_client_error().
+//
+// Several servers behind one client: give `endpoint` as a comma-separated
+// list (at most ST_CLIENT_MAX_SERVERS).  The client keeps one DEALER per
+// server, all with the same routing id, and places each new request on the
+// server with the fewest of its requests in flight (ties round-robin),
+// skipping servers it has no live connection to (ZMQ_IMMEDIATE).  It
+// remembers which server holds a request until its Done or Error arrives, so
+// a cancel or a retry of the same id reaches that server; a retry after the
+// final event may run again on another server.  A request that a server
+// refuses with ERR_BUSY or ERR_SHUTTING_DOWN before any chunk of it came (or
+// whose server's connection drops before then) is sent again, the same bytes,
+// to the next server that has not had it; the caller sees the refusal only
+// when every server refused ("every server refused" in its message).  A
+// request whose server's connection drops after it streamed ends with an
+// ERR_SHUTTING_DOWN event made by the library ("lost the connection to ..."),
+// or ERR_CANCELLED if the caller had cancelled it.  With CURVE every server
+// must use the same key pair (server_key).  One endpoint behaves as before:
+// one socket, no resubmission, sends queue until the connection is up.
 #ifndef SUBTERNARY_H
 #define SUBTERNARY_H
 
@@ -18,14 +36,18 @@ extern "C" {
 #define ST_CLIENT_ID_MAX 128
 #define ST_CLIENT_MAX_NODES 16
 #define ST_CLIENT_MAX_STOPS 8
+#define ST_CLIENT_MAX_SERVERS 16
 
 struct st_client_options {
-    const char *endpoint;      // e.g. "tcp://127.0.0.1:5555", "ipc:///run/subternary/sock"
+    const char *endpoint;      // e.g. "tcp://127.0.0.1:5555", "ipc:///run/subternary/sock",
+                               // or several: "tcp://10.0.0.1:5555,tcp://10.0.0.2:5555"
     const char *server_key;    // Z85 server public key: turns CURVE on (NULL: off)
     const char *public_key;    // Z85 client key pair for CURVE (NULL: a fresh one,
     const char *secret_key;    //   which a server with an allow-list refuses)
     const char *identity;      // routing id (NULL: random).  The server knows a
                                // retry by (identity, request id).
+    int connect_timeout_ms;    // several servers: how long a submit or a stats or health
+                               // request waits for a connection to some server (0: 2000)
 };
 
 struct st_client_request {
@@ -89,12 +111,22 @@ struct st_client_stats {
     double tokens_per_second, acceptance, uptime_seconds;
     struct st_client_node_stats nodes[ST_CLIENT_MAX_NODES];
     uint32_t n_nodes;
+    // Several servers (st_client_stats): the sum over the servers that
+    // answered (peaks and limits summed too, uptime the longest, acceptance
+    // from the summed drafted and accepted), nodes of all of them in endpoint
+    // order up to ST_CLIENT_MAX_NODES.  One server: its figures as they are.
+    uint32_t servers, servers_answered;
+    uint32_t node_server[ST_CLIENT_MAX_NODES]; // the server (endpoint index) of nodes[i]
 };
 
 struct st_client_health {
     bool ok;
     uint32_t workers_ready, workers_total, sessions, queued;
     char target[256], draft[256];
+    // Several servers (st_client_health): ok only if every server answered
+    // ok; counts summed over those that answered; target and draft of the
+    // first that answered.
+    uint32_t servers, servers_answered;
 };
 
 struct st_client_event {
@@ -111,6 +143,8 @@ struct st_client_event {
     char message[512];
     struct st_client_stats stats;   // STATS
     struct st_client_health health; // HEALTH
+    int server;                // the endpoint index of the server that sent it;
+                               // -1: made by the library (see st_client_cancel)
 };
 
 struct st_client;
@@ -122,7 +156,14 @@ const char *st_client_error(const struct st_client *c);
 void st_client_close(struct st_client **c);
 
 int st_client_submit(struct st_client *c, const struct st_client_request *r);
+// Sends the cancel to the server that holds the request.  With several
+// servers, an id not in flight (unknown, or its final event came already)
+// gets an ERR_UNKNOWN_REQUEST event made by the library (server -1), as one
+// server would answer; -1 if the holding server cannot be reached.
 int st_client_cancel(struct st_client *c, const char *request_id);
+// Ask every server; st_client_next then returns one STATS or HEALTH event
+// per server that answers, each with its `server` index and that server's
+// own figures (servers = servers_answered = 1).
 int st_client_request_stats(struct st_client *c);
 int st_client_request_health(struct st_client *c);
 
@@ -134,6 +175,9 @@ void st_client_event_clear(struct st_client_event *ev);
 
 // Request and wait for the reply; events of requests that arrive meanwhile
 // are kept for st_client_next.  Returns 1, 0 on timeout, -1 on failure.
+// Several servers: waits for each server until it answered, its connection
+// dropped, or the timeout (a server never connected: the connect timeout at
+// most); returns 1 with the combined view if at least one answered.
 int st_client_stats(struct st_client *c, struct st_client_stats *st, int timeout_ms);
 int st_client_health(struct st_client *c, struct st_client_health *h, int timeout_ms);
 
