@@ -1,10 +1,12 @@
 // `subternary client`: a command-line client of `subternary serve`, built on
 // the C client library (include/subternary.h).  Streams the generated text to
 // stdout (or prints the ids), the summary to stderr; or prints stats (also as
-// Prometheus text) or health.
+// Prometheus text) or health.  Several endpoints (a comma-separated list):
+// the library spreads requests over the servers and adds their stats up.
 //
 // Exit codes: 0 done; 1 an error reply, a timeout or a connection failure;
-// 2 usage; 3 cancelled; 4 busy (the server's queue was full: retry later).
+// 2 usage; 3 cancelled; 4 busy (the server's queue was full, with several
+// servers every one's: retry later).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +25,15 @@
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: subternary client [--connect ENDPOINT] (-p TEXT | --tokens IDS) [-n N] [--ids] [--id ID]\n"
+            "usage: subternary client [--connect ENDPOINTS] (-p TEXT | --tokens IDS) [-n N] [--ids] [--id ID]\n"
             "         [--temp T --top-k K --top-p P --min-p P --seed S] [--k N] [--no-spec] [--no-governor]\n"
             "         [--governor-threshold A] [--stop STR] [--ignore-eos] [--no-bos] [--deadline MS]\n"
             "         [--cancel-after N] [--timeout SECONDS] [--quiet]\n"
-            "       subternary client [--connect ENDPOINT] --stats [--prom] | --health\n"
+            "       subternary client [--connect ENDPOINTS] --stats [--prom] | --health\n"
             "  CURVE: --curve-server-key KEY|SERVER.pub [--curve-keys CLIENT.key]\n"
-            "  ENDPOINT defaults to $SUBTERNARY_ENDPOINT, else tcp://127.0.0.1:5555.\n"
+            "  ENDPOINTS: one endpoint, or several separated by commas (up to 16 servers: a request goes\n"
+            "  to the least loaded, moves on when one is busy; stats and health add up all that answer).\n"
+            "  Default: $SUBTERNARY_ENDPOINT, else tcp://127.0.0.1:5555.\n"
             "  Exit codes: 0 done, 1 error or timeout, 2 usage, 3 cancelled, 4 busy.\n");
 }
 
@@ -96,10 +100,14 @@ static void print_stats(const struct st_client_stats *st, bool prom)
            (unsigned long long)st->tokens_generated, st->tokens_per_second, (unsigned long long)st->drafted,
            (unsigned long long)st->accepted, st->acceptance, (unsigned long long)st->worker_restarts,
            st->uptime_seconds);
-    for (uint32_t i = 0; i < st->n_nodes; i++)
+    bool several = st->servers > 1;
+    if (several) printf("servers: %u of %u answered\n", st->servers_answered, st->servers);
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        if (several) printf("server %u ", st->node_server[i]);
         printf("node %u: %u sessions / %u slots, workers %u/%u ready, %llu restarts\n", st->nodes[i].node,
                st->nodes[i].sessions, st->nodes[i].slots, st->nodes[i].workers_ready, st->nodes[i].workers,
                (unsigned long long)st->nodes[i].worker_restarts);
+    }
 }
 
 // Streams one request to its end; returns the exit code.
@@ -242,9 +250,11 @@ int st_cmd_client(int argc, char **argv)
         struct st_client_health h;
         int got = st_client_health(c, &h, o.timeout_ms);
         if (got == 1) {
-            printf("%s: workers %u/%u ready, %u sessions, %u queued; target %s%s%s\n", h.ok ? "ok" : "degraded",
+            printf("%s: workers %u/%u ready, %u sessions, %u queued; target %s%s%s", h.ok ? "ok" : "degraded",
                    h.workers_ready, h.workers_total, h.sessions, h.queued, h.target, h.draft[0] ? ", draft " : "",
                    h.draft);
+            if (h.servers > 1) printf("; %u of %u servers answered", h.servers_answered, h.servers);
+            printf("\n");
             if (!h.ok) rc = 1;
         } else {
             fprintf(stderr, "subternary client: health: %s\n", got ? st_client_error(c) : "no reply (timeout)");
