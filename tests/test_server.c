@@ -19,7 +19,7 @@
 
 #include "tests/support/server_support.h"
 
-#define N_PROMPTS 4
+#define N_PROMPTS ST_TEST_N_PROMPTS
 #define REF_TOKENS 96
 
 static struct st_test_server S;
@@ -443,18 +443,7 @@ static void test_shutdown(void **state)
 static int setup(void **state)
 {
     (void)state;
-    int last[N_PROMPTS] = {27, 28, 100, 200};
-    for (int i = 0; i < N_PROMPTS; i++) {
-        snprintf(prompts[i], sizeof prompts[i], "1,300,436,102,468,497,279,476,186,242,%d", last[i]);
-        char n[16];
-        snprintf(n, sizeof n, "%d", REF_TOKENS);
-        const char *args[] = {"--tokens", prompts[i], "-n", n, "--ids", NULL};
-        n_ref[i] = st_test_reference(args, &ref[i]);
-        if (n_ref[i] < 8) {
-            fprintf(stderr, "reference %d: %d ids\n", i, n_ref[i]);
-            return -1;
-        }
-    }
+    if (st_test_prompts(prompts, ref, n_ref, REF_TOKENS)) return -1;
     const char *args[] = {"--slots", "4", "--queue", "8", NULL};
     return st_test_server_start(&S, args);
 }

@@ -20,7 +20,7 @@
 #include "proto/subternary.pb-c.h"
 #include "tests/support/server_support.h"
 
-#define N_PROMPTS 4
+#define N_PROMPTS ST_TEST_N_PROMPTS
 
 static char prompts[N_PROMPTS][128];
 static uint32_t *ref[N_PROMPTS];
@@ -396,14 +396,7 @@ static void test_worker_killed(void **state)
 static int setup(void **state)
 {
     (void)state;
-    int last[N_PROMPTS] = {27, 28, 100, 200};
-    for (int i = 0; i < N_PROMPTS; i++) {
-        snprintf(prompts[i], sizeof prompts[i], "1,300,436,102,468,497,279,476,186,242,%d", last[i]);
-        const char *args[] = {"--tokens", prompts[i], "-n", "96", "--ids", NULL};
-        n_ref[i] = st_test_reference(args, &ref[i]);
-        if (n_ref[i] < 8) return -1;
-    }
-    return 0;
+    return st_test_prompts(prompts, ref, n_ref, 96);
 }
 
 static int teardown(void **state)

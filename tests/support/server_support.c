@@ -234,6 +234,23 @@ int st_test_reference(const char *const *args, uint32_t **ids)
     return (int)k;
 }
 
+int st_test_prompts(char prompts[ST_TEST_N_PROMPTS][128], uint32_t **ref, int *n_ref, int tokens)
+{
+    int last[ST_TEST_N_PROMPTS] = {27, 28, 100, 200};
+    for (int i = 0; i < ST_TEST_N_PROMPTS; i++) {
+        snprintf(prompts[i], 128, "1,300,436,102,468,497,279,476,186,242,%d", last[i]);
+        char n[16];
+        snprintf(n, sizeof n, "%d", tokens);
+        const char *args[] = {"--tokens", prompts[i], "-n", n, "--ids", NULL};
+        n_ref[i] = st_test_reference(args, &ref[i]);
+        if (n_ref[i] < 8) {
+            fprintf(stderr, "reference %d: %d ids\n", i, n_ref[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int st_test_children(pid_t pid, const char *match, pid_t *out, int cap)
 {
     DIR *d = opendir("/proc");
@@ -285,6 +302,7 @@ int st_test_pump_any(struct st_client *c, const char *const *ids, struct st_test
         st_client_event_clear(&ev);
         return 1;
     }
+    r->server = ev.server;
     if (ev.type == ST_CLIENT_EV_CHUNK) {
         r->chunks++;
         if (ev.offset != r->n) r->gaps++;

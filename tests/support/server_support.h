@@ -33,6 +33,11 @@ void st_test_server_print_log(const struct st_test_server *s);
 // models (NULL-terminated; add "--ids"): the last stdout line parsed as ids
 // (malloc'd).  Returns the count, or -1.
 int st_test_reference(const char *const *args, uint32_t **ids);
+// The four prompts of the server tests (ST_TEST_PROMPT with other last
+// tokens) and the greedy reference of each, up to `tokens` ids (ref[i]
+// malloc'd).  Returns 0, or -1 (said on stderr).
+#define ST_TEST_N_PROMPTS 4
+int st_test_prompts(char prompts[ST_TEST_N_PROMPTS][128], uint32_t **ref, int *n_ref, int tokens);
 // Runs a command line of the subternary binary (args NULL-terminated), its
 // stdout into out (NUL-terminated, truncated to cap); returns the exit status.
 int st_test_run(const char *const *args, char *out, size_t cap);
@@ -56,6 +61,7 @@ struct st_test_result {
     int code;          // 0: Done; else the Error code
     struct st_client_done done;
     char message[512];
+    int server;        // the endpoint index its last event came from
 };
 
 // Handles one event of any of the n requests ids[] into rs[] (events of
