@@ -85,6 +85,52 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
     }
 }
 
+// One activation row against G groups side by side (the M = 1 case): each
+// broadcast of 4 activation bytes serves every group, where x8_block
+// would load it once per group.  Per group the same steps in the same order
+// as code_block, so the bits are the same.
+ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const *gd, int64_t b, const uint8_t *x,
+                                 const int G, __m256 (*acc)[ST_KERN_MT])
+{
+    const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
+    Q8K *xb = (Q8K *)x + b;
+    __m256i s16[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < G; i++) s16[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int k = 0; k < 16; k++) {
+        __m256i v[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < G; i++) v[i] = _mm256_loadu_si256((const __m256i *)(q[i] + (size_t)b * 512 + 32 * k));
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            __m256i xv = st_bcast4(xb->qs + 4 * (4 * k + p));
+#pragma GCC unroll 4
+            for (int i = 0; i < G; i++) {
+                __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v[i], 2 * p) : v[i], m3);
+                s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(c, xv));
+                ST_OPAQUE(s16[i]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < G; i++) {
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd[i] + 8 * b)));
+        __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones16), st_q8_k_sum_bcast(xb));
+        acc[i][0] = block_end(is, dw, xb, acc[i][0]);
+    }
+}
+
+// Whether x8_block_groups serves this format (M = 1 only).
+ST_INLINE bool x8_has_block_groups(const uint32_t type) { return type == ST_KERN_RUN_TERNARY_CODE; }
+
+ST_INLINE void x8_block_groups(const uint32_t type, const uint8_t *const *q, const uint16_t *const *gd, int64_t b,
+                               const uint8_t *x, const int G, __m256 (*acc)[ST_KERN_MT])
+{
+    (void)type;
+    code_block_groups(q, gd, b, x, G, acc);
+}
+
 ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *gd, int64_t b,
                         const uint8_t *x, size_t xs, const int MT, __m256 *acc)
 {
@@ -94,6 +140,7 @@ ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *g
         code_block(q, gd, b, x, xs, MT, acc);
 }
 
+#define ST_X8_BLOCK_GROUPS
 #include "kernels/x8_driver.h"
 
 ST_X8_MM(mm_mask, ST_KERN_RUN_TERNARY_MASK)

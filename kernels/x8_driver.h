@@ -5,7 +5,10 @@
 //                           const uint16_t *gd, int64_t b, const uint8_t *x,
 //                           size_t xs, const int MT, __m256 *acc);
 // which adds block b of one group (quants q, scales gd) times MT activation
-// rows (x + m * xs) to acc[m] (lane l = row l of the group).
+// rows (x + m * xs) to acc[m] (lane l = row l of the group).  A file that
+// defines ST_X8_BLOCK_GROUPS also defines x8_has_block_groups(type) and
+// x8_block_groups(type, q[G], gd[G], b, x, G, acc[G]): one activation row
+// against G groups at once (M = 1), sharing the activation loads.
 #ifndef ST_KERNELS_X8_DRIVER_H
 #define ST_KERNELS_X8_DRIVER_H
 
@@ -28,10 +31,25 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
 #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) acc[i][m] = _mm256_setzero_ps();
     }
-    // Formats with much arithmetic per byte (4-bit, ternary) keep the core
-    // busy while the hardware prefetcher falls behind: ask for the weights
-    // 2 KiB ahead (measured; Q8_0 streams as fast without).
-    const size_t ahead = type == ST_KERN_RUN_Q8_0X8 ? 0 : 2048;
+    // Software prefetch of the weights `ahead` bytes on: with much arithmetic
+    // per byte (4-bit, ternary, or several activation rows) the core falls
+    // behind the hardware prefetcher's reach.  Distances measured on
+    // `bench kernels`; Q8_0 with one row streams fastest without.
+    const size_t ahead = type == ST_KERN_RUN_Q8_0X8 ? (MT == 1 ? 0 : 4096)
+                         : type == ST_KERN_RUN_TERNARY_CODE ? 8192 : 4096;
+#ifdef ST_X8_BLOCK_GROUPS
+    if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
+        for (int64_t b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < G; i++)
+                for (size_t o = 0; o < (ahead ? qb : 0); o += 64)
+                    _mm_prefetch((const char *)((uintptr_t)gq[i] + (size_t)b * qb + ahead + o), _MM_HINT_T0);
+            x8_block_groups(type, gq, gd, b, x, G, acc);
+        }
+        for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
+        return;
+    }
+#endif
     for (int64_t b = 0; b < nb; b++)
 #pragma GCC unroll 4
         for (int i = 0; i < G; i++) {
