@@ -24,11 +24,6 @@ struct st_session {
     uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
     uint32_t n_window;
     double ema_accept;        // per-token acceptance estimate
-    // Draft position j: decayed counts of rounds that reached it (all before
-    // it accepted) and of those that accepted it.  Agreement comes in runs,
-    // so a token late in a draft is likelier to pass than an early one; the
-    // per-position rates let adaptive K see that.
-    double pos_reached[33], pos_accepted[33];
     float *resid;             // [n_vocab]
     char *text;               // detokenised output (stop strings)
     size_t text_len, text_cap;
@@ -173,14 +168,7 @@ static double rate(const struct st_session *s, uint32_t K)
 {
     const struct st_engine_node *nd = &s->eng->node[s->node];
     double a = s->ema_accept < 0.999 ? s->ema_accept : 0.999;
-    // 1 (the target's own token) + the chance that each of the K drafts is
-    // reached and accepted; positions seen rarely lean on the overall rate.
-    double tokens = 1, reach = 1;
-    for (uint32_t j = 1; j <= K; j++) {
-        double aj = (s->pos_accepted[j] + 2 * a) / (s->pos_reached[j] + 2);
-        reach *= aj < 0.999 ? aj : 0.999;
-        tokens += reach;
-    }
+    double tokens = (1 - pow(a, K + 1)) / (1 - a);
     double t = nd->ema_round[K];
     if (t <= 0) { // not measured: a draft forward costs about its share of bytes
         const struct st_engine *eng = s->eng;
@@ -218,12 +206,6 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool p
     // Per-token acceptance: m successes, then one failure unless all passed.
     double a_hat = (double)m / (m + (m < K ? 1 : 0) + 1e-9);
     s->ema_accept = 0.8 * s->ema_accept + 0.2 * a_hat;
-    for (uint32_t j = 1; j < 33; j++) {
-        s->pos_reached[j] *= 0.95;
-        s->pos_accepted[j] *= 0.95;
-        if (j <= K && j <= m + 1) s->pos_reached[j] += 1;
-        if (j <= m) s->pos_accepted[j] += 1;
-    }
     if (probe) s->n_window = 0; // a probe starts a new window
     s->win_acc[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)m;
     s->win_k[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)K;
@@ -423,8 +405,6 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->probe_every = 32;
     s->n_window = 0;
     s->ema_accept = 0.7;
-    memset(s->pos_reached, 0, sizeof s->pos_reached);
-    memset(s->pos_accepted, 0, sizeof s->pos_accepted);
     s->text_len = 0;
     double ps = s->st.prompt_seconds;
     memset(&s->st, 0, sizeof s->st);
