@@ -31,6 +31,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
     *o = (struct bench_opts){NULL, NULL, 256, 200000, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) { // bench all --quick: fewer barrier rounds, a smaller file
+            o->iters = 20000;
+            o->size_mib = 64;
+            continue;
+        }
         if (!strcmp(a, "--file") && v) o->file = v;
         else if (!strcmp(a, "--model") && v) o->model = v;
         else if (!strcmp(a, "--size") && v) o->size_mib = strtoull(v, NULL, 10);
@@ -38,7 +43,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         else if (!strcmp(a, "--qd") && v) o->qd = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--io-kib") && v) o->io_kib = strtoull(v, NULL, 10);
         else {
-            fprintf(stderr, "usage: subternary bench shm [--file F] [--model F.gguf] [--size MIB] [--iters N] "
+            fprintf(stderr, "usage: subternary bench shm [--quick] [--file F] [--model F.gguf] [--size MIB] [--iters N] "
                             "[--qd N] [--io-kib N]\n");
             return -1;
         }
