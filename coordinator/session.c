@@ -217,8 +217,11 @@ static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool p
     if (probe) {
         s->drafting = pays;
         s->probe_every = pays ? 32 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
-    } else if (n >= 2 && !pays) {
-        s->drafting = false; // two rounds are enough to see a collapse
+    } else if (!pays && ((n >= 2 && acc == 0) || n >= 4)) {
+        // Two rounds with nothing accepted are a collapse; a draft that
+        // agrees in runs can have two poor rounds by chance, so a low rate
+        // needs four rounds before drafting stops.
+        s->drafting = false;
     }
     if (!s->drafting) s->rounds_since_probe = 0;
 }
