@@ -12,6 +12,12 @@
 #ifndef ST_KERNELS_X8_DRIVER_H
 #define ST_KERNELS_X8_DRIVER_H
 
+// Asks for the qb bytes of a block `ahead` bytes past blk (0: no prefetch).
+ST_INLINE void x8_prefetch(const uint8_t *blk, size_t qb, size_t ahead)
+{
+    for (size_t o = 0; o < (ahead ? qb : 0); o += 64) _mm_prefetch((const char *)(blk + ahead + o), _MM_HINT_T0);
+}
+
 // G groups from group g side by side: G streams of weights in flight keep
 // more memory requests outstanding than one (M = 1 is memory-bound).  Each
 // group's rows are computed exactly as alone.
@@ -41,9 +47,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
         for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
-            for (int i = 0; i < G; i++)
-                for (size_t o = 0; o < (ahead ? qb : 0); o += 64)
-                    _mm_prefetch((const char *)((uintptr_t)gq[i] + (size_t)b * qb + ahead + o), _MM_HINT_T0);
+            for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block_groups(type, gq, gd, b, x, G, acc);
         }
         for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
@@ -53,8 +57,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     for (int64_t b = 0; b < nb; b++)
 #pragma GCC unroll 4
         for (int i = 0; i < G; i++) {
-            for (size_t o = 0; o < (ahead ? qb : 0); o += 64)
-                _mm_prefetch((const char *)((uintptr_t)gq[i] + (size_t)b * qb + ahead + o), _MM_HINT_T0);
+            x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block(type, gq[i] + b * qb, gd[i], b, x, xs, MT, acc[i]);
         }
     for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
