@@ -1,4 +1,4 @@
-// How much of a file the page cache holds (see shm/uring_read.h).
+// What of a file the page cache holds (see shm/uring_read.h).
 #include "shm/uring_read.h"
 
 #include <fcntl.h>
@@ -7,23 +7,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+unsigned char *st_page_cache_pages(int fd, uint64_t bytes, uint64_t *n_pages)
+{
+    if (bytes == 0) return NULL;
+    void *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return NULL;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    *n_pages = (bytes + page - 1) / page;
+    unsigned char *vec = malloc(*n_pages);
+    if (vec && mincore(map, bytes, vec) != 0) {
+        free(vec);
+        vec = NULL;
+    }
+    munmap(map, bytes);
+    return vec;
+}
+
 double st_page_cache_resident(const char *path)
 {
     double frac = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) goto out;
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) goto out;
-    long page = sysconf(_SC_PAGESIZE);
-    size_t pages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page, res = 0;
-    unsigned char *v = malloc(pages);
-    if (v && mincore(m, (size_t)st.st_size, v) == 0) {
-        for (size_t i = 0; i < pages; i++) res += v[i] & 1;
-        frac = (double)res / (double)pages;
+    if (fd < 0 || fstat(fd, &st) < 0) goto out;
+    uint64_t n = 0, res = 0;
+    unsigned char *vec = st_page_cache_pages(fd, (uint64_t)st.st_size, &n);
+    if (vec) {
+        for (uint64_t i = 0; i < n; i++) res += vec[i] & 1;
+        frac = (double)res / (double)n;
     }
-    free(v);
-    munmap(m, (size_t)st.st_size);
+    free(vec);
 out:
     if (fd >= 0) close(fd);
     return frac;

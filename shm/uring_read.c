@@ -40,23 +40,18 @@ static double now_s(void)
 // their pages resident become buffered.
 static void demote_cached(struct reader *r, uint64_t file_bytes)
 {
-    long page = sysconf(_SC_PAGESIZE);
-    void *map = mmap(NULL, file_bytes, PROT_READ, MAP_SHARED, r->fd, 0);
-    if (map == MAP_FAILED) return; // residency unknown: keep O_DIRECT
-    uint64_t n_pages = (file_bytes + (uint64_t)page - 1) / (uint64_t)page;
-    unsigned char *vec = malloc(n_pages);
-    if (vec && mincore(map, file_bytes, vec) == 0) {
-        for (uint64_t i = 0; i < r->n_pieces; i++) {
-            struct st_uring_piece *p = &r->pieces[i];
-            if (!p->direct) continue;
-            uint64_t first = p->offset / (uint64_t)page;
-            uint64_t last = (p->offset + p->length - 1) / (uint64_t)page, resident = 0;
-            for (uint64_t pg = first; pg <= last; pg++) resident += vec[pg] & 1;
-            if (resident * 2 >= last - first + 1) p->direct = false;
-        }
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), n_pages;
+    unsigned char *vec = st_page_cache_pages(r->fd, file_bytes, &n_pages);
+    if (!vec) return; // residency unknown: keep O_DIRECT
+    for (uint64_t i = 0; i < r->n_pieces; i++) {
+        struct st_uring_piece *p = &r->pieces[i];
+        if (!p->direct) continue;
+        uint64_t first = p->offset / page;
+        uint64_t last = (p->offset + p->length - 1) / page, resident = 0;
+        for (uint64_t pg = first; pg <= last; pg++) resident += vec[pg] & 1;
+        if (resident * 2 >= last - first + 1) p->direct = false;
     }
     free(vec);
-    munmap(map, file_bytes);
 }
 
 static bool aligned(const struct st_uring_piece *p)
