@@ -11,6 +11,8 @@
 // Activations are quantised before timing.  Each figure is the best of
 // --trials runs: the machine may be shared; `cpu` reports how many cores'
 // worth of CPU the threads actually got in that run (below T: neighbours).
+// Within a trial every type, M and the read probe run in turn, so that
+// ratios compare runs that saw the same machine.
 #include "cli/bench_kernels.h"
 
 #include <math.h>
@@ -321,30 +323,34 @@ static size_t llc_bytes(void)
 
 // ---- measurements -----------------------------------------------------------------
 
-// Best read bandwidth in GB/s over a buffer of 8x the LLC, over trials and
-// 1, 4 or 8 streams per thread.
+// Best read bandwidth in GB/s over the probe buffer (8x the LLC, allocated
+// once), over trials and 1, 4 or 8 streams per thread.
 static double probe_read(struct pool *p, int trials)
 {
-    size_t n = 8 * llc_bytes();
-    uint8_t *buf = big_alloc(n);
-    if (!buf) return 0;
-    memset(buf, 1, n);
     p->kind = JOB_READ;
-    p->buf = buf;
-    p->buf_bytes = n;
     p->iters = 2;
     double best = 0;
     static const int streams[] = {1, 4, 8};
     for (int t = 0; t < trials; t++)
         for (int si = 0; si < 3; si++) {
             p->M = streams[si];
-            size_t per = n / (size_t)p->n / 64 * 64, len = per / (size_t)p->M / 64 * 64;
+            size_t per = p->buf_bytes / (size_t)p->n / 64 * 64, len = per / (size_t)p->M / 64 * 64;
             double s = pool_run(p);
             double gbps = (double)len * p->M * p->n * p->iters / s / 1e9;
             if (gbps > best) best = gbps;
         }
-    free(buf);
     return best;
+}
+
+static int probe_init(struct pool *p)
+{
+    size_t n = 8 * llc_bytes();
+    uint8_t *buf = big_alloc(n);
+    if (!buf) return -1;
+    memset(buf, 1, n);
+    p->buf = buf;
+    p->buf_bytes = n;
+    return 0;
 }
 
 struct result {
@@ -352,92 +358,148 @@ struct result {
     const char *type;
     int m;
     double seconds, gbps, gops;
-    double cpu; // cores' worth of CPU the threads got in the best trial
+    double cpu;     // cores' worth of CPU the threads got in the best trial
+    double read_bw; // the probe's best over the same trials, interleaved
 };
 
-// Measures one shape and type for every M; appends to res.
-static int measure(struct pool *p, const struct opts *o, struct shape sh, const struct bench_type *bt,
-                   struct result *res, int *n_res)
+// One type's weights for one shape, ready to run: copies exceeding 4x the
+// LLC, each streamed once per trial, and quantised activations.
+struct prepared {
+    const struct bench_type *bt;
+    size_t run_bytes;
+    uint8_t *arena;
+    struct st_kern_weight *copies;
+    int n_copies;
+    void *xq;
+    float *y;
+};
+
+static void release(struct prepared *pr)
+{
+    free(pr->arena);
+    free(pr->copies);
+    free(pr->xq);
+    free(pr->y);
+    memset(pr, 0, sizeof *pr);
+}
+
+static int prepare(const struct opts *o, struct shape sh, const struct bench_type *bt, struct prepared *pr)
 {
     struct st_error e;
-    int rc = -1;
-    size_t run_bytes = st_kern_run_size(bt->run, sh.rows, sh.cols);
-    if (run_bytes == 0) {
+    *pr = (struct prepared){.bt = bt, .run_bytes = st_kern_run_size(bt->run, sh.rows, sh.cols)};
+    if (pr->run_bytes == 0) {
         fprintf(stderr, "bench kernels: %s cannot hold %lldx%lld\n", bt->name, (long long)sh.rows,
                 (long long)sh.cols);
         return -1;
     }
-    size_t llc = llc_bytes();
-    // Copies exceeding 4x the LLC, each streamed once per trial.
-    int n_copies = (int)((4 * llc + run_bytes - 1) / run_bytes) + 1, iters = n_copies;
-    uint8_t *arena = big_alloc(run_bytes * (size_t)n_copies);
-    struct st_kern_weight *copies = calloc((size_t)n_copies, sizeof *copies);
-    void *src = gen_tensor(bt->src, sh.rows, sh.cols);
+    pr->n_copies = (int)((4 * llc_bytes() + pr->run_bytes - 1) / pr->run_bytes) + 1;
     int mmax = 1;
     for (int i = 0; i < o->n_ms; i++) mmax = o->ms[i] > mmax ? o->ms[i] : mmax;
+    pr->arena = big_alloc(pr->run_bytes * (size_t)pr->n_copies);
+    pr->copies = calloc((size_t)pr->n_copies, sizeof *pr->copies);
+    pr->xq = malloc(st_kern_act_row_bytes(bt->run, sh.cols) * (size_t)mmax);
+    pr->y = malloc(sizeof(float) * (size_t)mmax * sh.rows);
+    void *src = gen_tensor(bt->src, sh.rows, sh.cols);
     float *x = malloc(sizeof(float) * (size_t)mmax * sh.cols);
-    void *xq = malloc(st_kern_act_row_bytes(bt->run, sh.cols) * (size_t)mmax);
-    float *y = malloc(sizeof(float) * (size_t)mmax * sh.rows);
-    if (!arena || !copies || !src || !x || !xq || !y) {
+    int rc = -1;
+    if (!pr->arena || !pr->copies || !pr->xq || !pr->y || !src || !x) {
         fprintf(stderr, "bench kernels: out of memory for %s %lldx%lld\n", bt->name, (long long)sh.rows,
                 (long long)sh.cols);
         goto out;
     }
-    if (st_kern_repack(bt->src, sh.rows, sh.cols, bt->run, src, 0, sh.rows, arena, run_bytes, &e)) {
+    if (st_kern_repack(bt->src, sh.rows, sh.cols, bt->run, src, 0, sh.rows, pr->arena, pr->run_bytes, &e)) {
         fprintf(stderr, "bench kernels: %s\n", e.msg);
         goto out;
     }
-    for (int c = 0; c < n_copies; c++) {
-        if (c) memcpy(arena + run_bytes * c, arena, run_bytes);
-        if (st_kern_weight_init(&copies[c], bt->run, sh.rows, sh.cols, arena + run_bytes * c, &e)) {
+    for (int c = 0; c < pr->n_copies; c++) {
+        if (c) memcpy(pr->arena + pr->run_bytes * c, pr->arena, pr->run_bytes);
+        if (st_kern_weight_init(&pr->copies[c], bt->run, sh.rows, sh.cols, pr->arena + pr->run_bytes * c, &e)) {
             fprintf(stderr, "bench kernels: %s\n", e.msg);
             goto out;
         }
     }
     for (int64_t i = 0; i < (int64_t)mmax * sh.cols; i++) x[i] = rndf();
-    st_kern_quantize_act(bt->run, x, xq, mmax, sh.cols);
-    for (int i = 0; i < o->n_ms; i++) {
-        int M = o->ms[i];
-        p->kind = JOB_MATMUL;
-        p->copies = copies;
-        p->n_copies = n_copies;
-        p->iters = iters;
-        p->M = M;
-        p->xq = xq;
-        p->y = y;
-        p->claims = NULL;
-        if (o->dynamic && !(p->claims = calloc((size_t)iters, sizeof *p->claims))) {
-            fprintf(stderr, "bench kernels: out of memory for %d row counters\n", iters);
-            goto out;
-        }
-        double best = INFINITY, cpu = 0;
-        for (int t = 0; t < o->trials; t++) {
-            if (p->claims) memset(p->claims, 0, sizeof *p->claims * (size_t)iters);
-            double c0 = cpu_s(), wall = pool_run(p), s = wall / iters;
-            if (s < best) {
-                best = s;
-                cpu = (cpu_s() - c0) / wall;
+    st_kern_quantize_act(bt->run, x, pr->xq, mmax, sh.cols);
+    rc = 0;
+out:
+    free(src);
+    free(x);
+    if (rc) release(pr);
+    return rc;
+}
+
+// One trial of M rows against every copy once: seconds per product.
+static int run_trial(struct pool *p, const struct opts *o, struct prepared *pr, int M, double *seconds,
+                     double *cpu)
+{
+    p->kind = JOB_MATMUL;
+    p->copies = pr->copies;
+    p->n_copies = p->iters = pr->n_copies;
+    p->M = M;
+    p->xq = pr->xq;
+    p->y = pr->y;
+    p->claims = NULL;
+    if (o->dynamic && !(p->claims = calloc((size_t)p->iters, sizeof *p->claims))) {
+        fprintf(stderr, "bench kernels: out of memory for %d row counters\n", p->iters);
+        return -1;
+    }
+    double c0 = cpu_s(), wall = pool_run(p);
+    *seconds = wall / p->iters;
+    *cpu = (cpu_s() - c0) / wall;
+    free(p->claims);
+    p->claims = NULL;
+    return 0;
+}
+
+// Measures one shape: every type and M, and the read probe, in turn within
+// each trial, so that the ratios between them (share of bandwidth, M = 8
+// over M = 1, ternary over Q4_0) compare runs that saw the same machine;
+// on a shared host the bandwidth drifts by tens of percent over seconds.
+// Appends one result per type and M.
+static int measure_shape(struct pool *p, const struct opts *o, struct shape sh, struct result *res, int *n_res)
+{
+    struct prepared pr[MAX_LIST] = {0};
+    int rc = -1, first = *n_res;
+    for (int t = 0; t < o->n_types; t++)
+        if (prepare(o, sh, &TYPES[o->types[t]], &pr[t])) goto out;
+    for (int t = 0; t < o->n_types; t++)
+        for (int i = 0; i < o->n_ms; i++)
+            res[first + t * o->n_ms + i] = (struct result){
+                .rows = sh.rows, .cols = sh.cols, .type = TYPES[o->types[t]].name, .m = o->ms[i], .seconds = INFINITY};
+    double bw = 0;
+    for (int trial = 0; trial < o->trials; trial++) {
+        double b = probe_read(p, 1);
+        bw = b > bw ? b : bw;
+        for (int t = 0; t < o->n_types; t++)
+            for (int i = 0; i < o->n_ms; i++) {
+                struct result *r = &res[first + t * o->n_ms + i];
+                double s, cpu;
+                if (run_trial(p, o, &pr[t], r->m, &s, &cpu)) goto out;
+                if (s < r->seconds) {
+                    r->seconds = s;
+                    r->cpu = cpu;
+                }
             }
-        }
-        free(p->claims);
-        p->claims = NULL;
-        struct result *r = &res[(*n_res)++];
-        *r = (struct result){sh.rows, sh.cols, bt->name, M, best, run_bytes / best / 1e9,
-                             2.0 * sh.rows * sh.cols * M / best / 1e9, cpu};
-        if (!o->json) {
+    }
+    *n_res += o->n_types * o->n_ms;
+    for (int k = first; k < *n_res; k++) {
+        struct result *r = &res[k];
+        const struct prepared *q = &pr[(k - first) / o->n_ms];
+        r->gbps = q->run_bytes / r->seconds / 1e9;
+        r->gops = 2.0 * sh.rows * sh.cols * r->m / r->seconds / 1e9;
+        r->read_bw = bw;
+        if (!o->json)
             printf("%6lldx%-6lld %-13s M=%-3d %9.3f ms %7.2f GB/s %8.2f GOP/s  cpu %.2f\n", (long long)sh.rows,
-                   (long long)sh.cols, bt->name, M, best * 1e3, r->gbps, r->gops, cpu);
-            fflush(stdout);
-        }
+                   (long long)sh.cols, r->type, r->m, r->seconds * 1e3, r->gbps, r->gops, r->cpu);
+    }
+    if (!o->json) {
+        printf("%6lldx%-6lld read probe            %7.2f GB/s (best of the same trials)\n", (long long)sh.rows,
+               (long long)sh.cols, bw);
+        fflush(stdout);
     }
     rc = 0;
 out:
-    free(arena);
-    free(copies);
-    free(src);
-    free(x);
-    free(xq);
-    free(y);
+    for (int t = 0; t < o->n_types; t++) release(&pr[t]);
     return rc;
 }
 
@@ -451,15 +513,15 @@ static const struct result *find(const struct result *res, int n, int64_t rows, 
 }
 
 // The targets, for the shapes measured.
-static void summary(const struct result *res, int n, double bw)
+static void summary(const struct result *res, int n)
 {
-    printf("\nread bandwidth: %.2f GB/s\n", bw);
+    printf("\n(shares of the read bandwidth the probe measured between the same trials)\n");
     for (int i = 0; i < n; i++) {
         const struct result *r = &res[i];
         if (r->m != 1) continue;
         if (!strcmp(r->type, "q8_0") || !strcmp(r->type, "q4_0"))
-            printf("%-5s GEMV %lldx%lld: %.0f%% of read bandwidth (target >= 90%%)\n", r->type,
-                   (long long)r->rows, (long long)r->cols, 100 * r->gbps / bw);
+            printf("%-5s GEMV %lldx%lld: %.0f%% of read bandwidth %.2f GB/s (target >= 90%%)\n", r->type,
+                   (long long)r->rows, (long long)r->cols, 100 * r->gbps / r->read_bw, r->read_bw);
         if (!strcmp(r->type, "q8_0")) {
             const struct result *r5 = find(res, n, r->rows, r->cols, "q8_0", 5);
             const struct result *r8 = find(res, n, r->rows, r->cols, "q8_0", 8);
@@ -580,32 +642,35 @@ int st_bench_kernels(int argc, char **argv)
         free(res);
         return 1;
     }
+    if (probe_init(p)) {
+        fprintf(stderr, "bench kernels: out of memory for the read probe\n");
+        goto out;
+    }
     double bw = probe_read(p, o.trials);
     if (!o.json)
         printf("kernels: level %s, %d threads (rows %s), LLC %zu MiB, read bandwidth %.2f GB/s\n",
                st_kern_level_name(st_kern_cpu.level), o.threads, o.dynamic ? "claimed dynamically" : "in equal shares",
                llc_bytes() >> 20, bw);
     for (int s = 0; s < o.n_shapes; s++)
-        for (int t = 0; t < o.n_types; t++)
-            if (measure(p, &o, o.shapes[s], &TYPES[o.types[t]], res, &n_res)) goto out;
-    double bw2 = probe_read(p, o.trials); // the machine may have changed meanwhile
-    bw = bw2 > bw ? bw2 : bw;
+        if (measure_shape(p, &o, o.shapes[s], res, &n_res)) goto out;
+    for (int i = 0; i < n_res; i++) bw = res[i].read_bw > bw ? res[i].read_bw : bw;
     if (o.json) {
         printf("{\"threads\": %d, \"level\": \"%s\", \"rows_split\": \"%s\", \"read_bw_gbps\": %.3f, "
                "\"results\": [",
                o.threads, st_kern_level_name(st_kern_cpu.level), o.dynamic ? "dynamic" : "halves", bw);
         for (int i = 0; i < n_res; i++)
             printf("%s\n  {\"rows\": %lld, \"cols\": %lld, \"type\": \"%s\", \"m\": %d, \"seconds\": %.9f, "
-                   "\"gbps\": %.3f, \"gops\": %.3f, \"cpu\": %.2f}",
+                   "\"gbps\": %.3f, \"gops\": %.3f, \"cpu\": %.2f, \"read_bw_gbps\": %.3f}",
                    i ? "," : "", (long long)res[i].rows, (long long)res[i].cols, res[i].type, res[i].m,
-                   res[i].seconds, res[i].gbps, res[i].gops, res[i].cpu);
+                   res[i].seconds, res[i].gbps, res[i].gops, res[i].cpu, res[i].read_bw);
         printf("]}\n");
     } else {
-        summary(res, n_res, bw);
+        summary(res, n_res);
     }
     rc = 0;
 out:
     pool_stop(p);
+    free((void *)p->buf);
     free(p);
     free(res);
     return rc;
