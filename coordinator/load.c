@@ -1,6 +1,7 @@
 #include "coordinator/load.h"
 
-#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,56 @@ void st_load_draw(void *ctx, uint64_t done, uint64_t total)
             w - fill, "", 100.0 * d / (pr->total ? pr->total : 1), el > 0 ? d / el / 1e9 : 0.0);
 }
 
+// One norm vector, read with pread: touching it through the mapping would
+// fault in the file around it (mmap read-around, up to read_ahead_kb: 8 MiB
+// on our test VM), so that a cold load read much of the file twice (40% of
+// l3b's pages were in the page cache after a cold load that was meant to
+// bypass it).
+static int read_vec(int fd, const char *path, const struct st_llama_model *m, const struct st_gguf_tensor *t,
+                    float *out, int64_t n, uint8_t *buf, struct st_error *e)
+{
+    off_t at = (off_t)(m->gguf->data_offset + t->offset);
+    for (uint64_t got = 0; got < t->n_bytes;) {
+        ssize_t k = pread(fd, buf + got, t->n_bytes - got, at + (off_t)got);
+        if (k <= 0)
+            return st_error_set(e, "%s: read of tensor '%s' (%llu bytes at %lld): %s", path, t->name,
+                                (unsigned long long)t->n_bytes, (long long)at,
+                                k < 0 ? strerror(errno) : "unexpected end of file (was it truncated?)");
+        got += (uint64_t)k;
+    }
+    st_dequant_row(t->type, buf, out, n);
+    return 0;
+}
+
+// The layer table, norms and RoPE frequencies of model i.
+static int small_parts(const struct st_load_plan *p, uint32_t i, uint8_t *w, struct st_error *e)
+{
+    const struct st_llama_model *m = p->models[i];
+    const struct st_layout_model *lm = &p->dir.model[i];
+    memcpy(w + lm->layers_offset, p->layers[i], m->hp.n_layer * sizeof(struct st_layout_layer));
+    st_llama_rope_freqs(m, (float *)(w + lm->rope_freqs.offset));
+    int fd = open(p->paths[i], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return st_error_set(e, "open(%s): %s", p->paths[i], strerror(errno));
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); // a norm's own pages, no readahead
+    uint64_t most = m->output_norm->n_bytes;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        if (m->layers[l].attn_norm->n_bytes > most) most = m->layers[l].attn_norm->n_bytes;
+        if (m->layers[l].ffn_norm->n_bytes > most) most = m->layers[l].ffn_norm->n_bytes;
+    }
+    uint8_t *buf = malloc(most ? most : 1);
+    int rc = buf ? read_vec(fd, p->paths[i], m, m->output_norm, (float *)(w + lm->output_norm.offset), m->hp.n_embd, buf, e)
+                 : st_error_set(e, "load: out of memory");
+    for (uint32_t l = 0; l < m->hp.n_layer && !rc; l++) {
+        const struct st_layout_layer *ll = &p->layers[i][l];
+        rc = read_vec(fd, p->paths[i], m, m->layers[l].attn_norm, (float *)(w + ll->attn_norm.offset), m->hp.n_embd, buf, e);
+        if (!rc)
+            rc = read_vec(fd, p->paths[i], m, m->layers[l].ffn_norm, (float *)(w + ll->ffn_norm.offset), m->hp.n_embd, buf, e);
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
                 struct st_load_stats *stats, struct st_error *e)
 {
@@ -129,23 +180,11 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
                             (unsigned long long)wbytes, (unsigned long long)p->bytes);
     double t0 = st_load_now_s();
     memset(stats, 0, sizeof *stats);
-    // Directory, layer tables, norms and RoPE frequencies: small, from the mappings.
+    // Directory, layer tables, norms and RoPE frequencies: small.
     struct st_layout_dir *dir = (struct st_layout_dir *)w;
     *dir = p->dir;
-    for (uint32_t i = 0; i < p->n_models; i++) {
-        const struct st_llama_model *m = p->models[i];
-        struct st_layout_model *lm = &dir->model[i];
-        memcpy(w + lm->layers_offset, p->layers[i], m->hp.n_layer * sizeof(struct st_layout_layer));
-        st_dequant_row(m->output_norm->type, m->output_norm->data, (float *)(w + lm->output_norm.offset), m->hp.n_embd);
-        st_llama_rope_freqs(m, (float *)(w + lm->rope_freqs.offset));
-        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-            const struct st_layout_layer *ll = &p->layers[i][l];
-            st_dequant_row(m->layers[l].attn_norm->type, m->layers[l].attn_norm->data, (float *)(w + ll->attn_norm.offset),
-                           m->hp.n_embd);
-            st_dequant_row(m->layers[l].ffn_norm->type, m->layers[l].ffn_norm->data, (float *)(w + ll->ffn_norm.offset),
-                           m->hp.n_embd);
-        }
-    }
+    for (uint32_t i = 0; i < p->n_models; i++)
+        if (small_parts(p, i, w, e)) return -1;
     uint64_t total = 0;
     for (uint32_t j = 0; j < p->n_jobs; j++) total += p->jobs[j].t->n_bytes;
     for (uint32_t i = 0; i < p->n_models; i++) total += p->models[i]->tok_embd->n_bytes;
