@@ -120,6 +120,23 @@ void st_load_draw(void *ctx, uint64_t done, uint64_t total)
             w - fill, "", 100.0 * d / (pr->total ? pr->total : 1), el > 0 ? d / el / 1e9 : 0.0);
 }
 
+int st_load_pread(int fd, const char *path, void *dst, uint64_t off, uint64_t len, struct st_error *e)
+{
+    uint8_t *d = dst;
+    while (len > 0) {
+        ssize_t got = pread(fd, d, len, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return st_error_set(e, "read(%s, offset %llu): %s", path, (unsigned long long)off, strerror(errno));
+        if (got == 0)
+            return st_error_set(e, "read(%s, offset %llu): unexpected end of file (was it truncated?)", path,
+                                (unsigned long long)off);
+        d += got;
+        off += (uint64_t)got;
+        len -= (uint64_t)got;
+    }
+    return 0;
+}
+
 // One norm vector, read with pread: touching it through the mapping would
 // fault in the file around it (mmap read-around, up to read_ahead_kb: 8 MiB
 // on our test VM), so that a cold load read much of the file twice (40% of
@@ -128,15 +145,8 @@ void st_load_draw(void *ctx, uint64_t done, uint64_t total)
 static int read_vec(int fd, const char *path, const struct st_llama_model *m, const struct st_gguf_tensor *t,
                     float *out, int64_t n, uint8_t *buf, struct st_error *e)
 {
-    off_t at = (off_t)(m->gguf->data_offset + t->offset);
-    for (uint64_t got = 0; got < t->n_bytes;) {
-        ssize_t k = pread(fd, buf + got, t->n_bytes - got, at + (off_t)got);
-        if (k <= 0)
-            return st_error_set(e, "%s: read of tensor '%s' (%llu bytes at %lld): %s", path, t->name,
-                                (unsigned long long)t->n_bytes, (long long)at,
-                                k < 0 ? strerror(errno) : "unexpected end of file (was it truncated?)");
-        got += (uint64_t)k;
-    }
+    if (st_load_pread(fd, path, buf, m->gguf->data_offset + t->offset, t->n_bytes, e))
+        return st_error_wrap(e, "tensor '%s'", t->name);
     st_dequant_row(t->type, buf, out, n);
     return 0;
 }

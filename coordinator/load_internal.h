@@ -35,6 +35,9 @@ double st_load_now_s(void);
 // Draws the bar for `done` bytes past pr->base (an st_uring_opts progress callback).
 void st_load_draw(void *pr, uint64_t done, uint64_t total);
 
+// Reads len bytes at off of the file fd (named path in errors), whole or an error.
+int st_load_pread(int fd, const char *path, void *dst, uint64_t off, uint64_t len, struct st_error *e);
+
 // Whether a file is cached well enough for st_load_resident to beat io_uring.
 bool st_load_is_resident(const char *path);
 // Loads model `model` of the plan from a file the page cache holds: threads

@@ -90,22 +90,6 @@ static void fail(struct loader *L, const struct st_error *e)
     pthread_mutex_unlock(&L->err_lock);
 }
 
-static int read_full(struct loader *L, uint8_t *dst, uint64_t off, uint64_t len, struct st_error *e)
-{
-    while (len > 0) {
-        ssize_t got = pread(L->fd, dst, len, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return st_error_set(e, "read(%s, offset %llu): %s", L->path, (unsigned long long)off, strerror(errno));
-        if (got == 0)
-            return st_error_set(e, "read(%s, offset %llu): unexpected end of file (was it truncated?)", L->path,
-                                (unsigned long long)off);
-        dst += got;
-        off += (uint64_t)got;
-        len -= (uint64_t)got;
-    }
-    return 0;
-}
-
 static void *worker(void *v)
 {
     struct loader *L = v;
@@ -122,10 +106,10 @@ static void *worker(void *v)
         const struct piece *pc = &L->pieces[i];
         int rc;
         if (!pc->jb) {
-            rc = read_full(L, pc->dst, pc->file_offset, pc->length, &e);
+            rc = st_load_pread(L->fd, L->path, pc->dst, pc->file_offset, pc->length, &e);
         } else {
             const struct st_layout_mat *m = pc->jb->dst;
-            rc = read_full(L, buf, pc->file_offset, pc->length, &e);
+            rc = st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, &e);
             if (!rc)
                 rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, buf, pc->r0, pc->r1, L->w + m->offset,
                                     m->bytes, &e);
