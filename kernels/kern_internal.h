@@ -17,6 +17,12 @@ static inline bool st_kern_is_x8(uint32_t run_type)
     return run_type >= ST_KERN_RUN_Q8_0X8 && run_type <= ST_KERN_RUN_TERNARY_CODE;
 }
 
+// Activation rows one call of ops->mm[run_type] takes (kernels.h).
+static inline int st_kern_mm_tile(uint32_t run_type)
+{
+    return st_kern_is_x8(run_type) ? ST_KERN_MT_X8 : ST_KERN_MT;
+}
+
 // Columns per block of an x8 format.
 static inline int64_t st_kern_x8_block_elems(uint32_t run_type)
 {

@@ -163,7 +163,7 @@ float st_kern_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x
 // st_kern_act_row_bytes() apart.  y: [M][w->rows].  Each rank may take any
 // row range; ranges at multiples of w->group avoid recomputing a group.
 // Each weight block is decoded once for up to ST_KERN_MT activation rows
-// (every format, Q4_K/Q6_K rows included); large M is tiled for cache reuse.
+// (every format, Q4_K/Q6_K rows included; ST_KERN_MT_X8 for the run formats); large M is tiled for cache reuse.
 // Row r of the result is bit-identical for every M and every range that
 // contains r.  y must not overlap x.
 void st_kern_matmul(const struct st_kern_weight *w, const void *x, int M, float *y,
@@ -232,8 +232,12 @@ void st_kern_softmax(const float *x, float *p, int64_t n, float temp);
 // Kernel tables: what the functions above dispatch to.  Tests take two
 // levels' tables and compare them.
 
-// Product of up to ST_KERN_MT activation rows with rows [r0, r1) of w.
+// Product of up to st_kern_mm_tile(w->type) activation rows with rows
+// [r0, r1) of w.  The interleaved int8 formats take up to ST_KERN_MT_X8 rows
+// in one pass over the weights (a verify of K + 1 <= 8 rows reads each
+// weight once); the others ST_KERN_MT.
 #define ST_KERN_MT 4
+#define ST_KERN_MT_X8 8
 typedef void (*st_kern_mm_fn)(const struct st_kern_weight *w, const void *x, size_t x_stride,
                               int mt, float *y, size_t y_stride, int64_t r0, int64_t r1);
 typedef float (*st_kern_dot_fn)(int64_t n, const void *w_row, const void *x);

@@ -1,6 +1,6 @@
-// Matrix product driver: splits M into tiles of at most ST_KERN_MT rows and,
-// when there is more than one tile, walks the weights in chunks small enough
-// to stay in L2 while every tile passes over them (prefill).  The kernels
+// Matrix product driver: splits M into tiles of at most st_kern_mm_tile()
+// rows and, when there is more than one tile, walks the weights in chunks
+// small enough to stay in L2 while every tile passes over them (prefill).  The kernels
 // compute each (row, activation) pair the same way whatever the tile, so a
 // row's result does not depend on M.
 #include "kernels/kern_internal.h"
@@ -15,7 +15,8 @@ void st_kern_matmul_ops(const struct st_kern_ops *ops, const struct st_kern_weig
     ST_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= w->rows && M >= 0);
     st_kern_mm_fn fn = ops->mm[w->type];
     size_t xs = st_kern_act_row_bytes(w->type, w->cols), ys = (size_t)w->rows;
-    if (M <= ST_KERN_MT) {
+    const int tile = st_kern_mm_tile(w->type);
+    if (M <= tile) {
         if (M > 0 && row_begin < row_end) fn(w, x, xs, M, y, ys, row_begin, row_end);
         return;
     }
@@ -25,8 +26,8 @@ void st_kern_matmul_ops(const struct st_kern_ops *ops, const struct st_kern_weig
     for (int64_t c0 = row_begin; c0 < row_end;) {
         int64_t c1 = (c0 / chunk + 1) * chunk;
         if (c1 > row_end) c1 = row_end;
-        for (int m0 = 0; m0 < M; m0 += ST_KERN_MT) {
-            int mt = M - m0 < ST_KERN_MT ? M - m0 : ST_KERN_MT;
+        for (int m0 = 0; m0 < M; m0 += tile) {
+            int mt = M - m0 < tile ? M - m0 : tile;
             fn(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt, y + (size_t)m0 * ys, ys, c0, c1);
         }
         c0 = c1;

@@ -43,7 +43,7 @@ static void mm_x8(const struct st_kern_weight *w, const void *x, size_t xs, int 
     for (int64_t g = r0 / ST_KERN_X8; g * ST_KERN_X8 < r1; g++) {
         const uint8_t *gq = (const uint8_t *)w->data + (size_t)g * w->stride;
         const uint16_t *gd = st_kern_x8_scales(w, gq);
-        float acc[ST_KERN_X8][ST_KERN_MT] = {{0}};
+        float acc[ST_KERN_X8][ST_KERN_MT_X8] = {{0}};
         for (int64_t b = 0; b < nb; b++) {
             st_kern_x8_decode_block(w->type, gq + (size_t)b * qb, q);
             for (int m = 0; m < mt; m++) {

@@ -24,8 +24,8 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
 {
     const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
     const __m256i zero = _mm256_setzero_si256();
-    __m256i s16[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i s16[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) s16[m] = zero;
     for (int k = 0; k < 8; k++) {
         __m256i nz = _mm256_loadu_si256((const __m256i *)(q + 64 * k));
@@ -35,7 +35,7 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
             // n: 1 where the weight is nonzero; s: the weight's sign in bit 7, never 0.
             __m256i n = _mm256_and_si256(j ? _mm256_srli_epi16(nz, j) : nz, ones8);
             __m256i s = _mm256_or_si256(j < 7 ? _mm256_slli_epi16(sg, 7 - j) : sg, ones8);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 Q8K *xb = (Q8K *)(x + m * xs) + b;
                 __m256i v = _mm256_sign_epi8(st_bcast4(xb->qs + 4 * (8 * k + j)), s);
@@ -45,7 +45,7 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) {
         Q8K *xb = (Q8K *)(x + m * xs) + b;
         acc[m] = block_end(_mm256_madd_epi16(s16[m], ones16), dw, xb, acc[m]);
@@ -59,16 +59,16 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
                           size_t xs, const int MT, __m256 *acc)
 {
     const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
-    __m256i s16[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i s16[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) s16[m] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < 4; p++) {
             __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 Q8K *xb = (Q8K *)(x + m * xs) + b;
                 s16[m] = _mm256_add_epi16(s16[m], _mm256_maddubs_epi16(c, st_bcast4(xb->qs + 4 * (4 * k + p))));
@@ -77,7 +77,7 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) {
         Q8K *xb = (Q8K *)(x + m * xs) + b;
         __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s16[m], ones16), st_q8_k_sum_bcast(xb));
@@ -90,22 +90,22 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
 // would load it once per group.  Per group the same steps in the same order
 // as code_block, so the bits are the same.
 ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const *gd, int64_t b, const uint8_t *x,
-                                 const int G, __m256 (*acc)[ST_KERN_MT])
+                                 const int G, __m256 (*acc)[ST_KERN_MT_X8])
 {
     const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
     Q8K *xb = (Q8K *)x + b;
     __m256i s16[4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < G; i++) s16[i] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v[4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < G; i++) v[i] = _mm256_loadu_si256((const __m256i *)(q[i] + (size_t)b * 512 + 32 * k));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < 4; p++) {
             __m256i xv = st_bcast4(xb->qs + 4 * (4 * k + p));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < G; i++) {
                 __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v[i], 2 * p) : v[i], m3);
                 s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(c, xv));
@@ -113,7 +113,7 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < G; i++) {
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd[i] + 8 * b)));
         __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones16), st_q8_k_sum_bcast(xb));
@@ -125,7 +125,7 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
 ST_INLINE bool x8_has_block_groups(const uint32_t type) { return type == ST_KERN_RUN_TERNARY_CODE; }
 
 ST_INLINE void x8_block_groups(const uint32_t type, const uint8_t *const *q, const uint16_t *const *gd, int64_t b,
-                               const uint8_t *x, const int G, __m256 (*acc)[ST_KERN_MT])
+                               const uint8_t *x, const int G, __m256 (*acc)[ST_KERN_MT_X8])
 {
     (void)type;
     code_block_groups(q, gd, b, x, G, acc);

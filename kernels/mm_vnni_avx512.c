@@ -18,21 +18,21 @@ ST_INLINE __m256 block_end(__m256i is, __m256 dw, float dx, __m256 acc)
 ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, const uint8_t *x,
                             size_t xs, const int MT, __m256 *acc)
 {
-    __m256i is[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i is[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) is[m] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
         __m256i aw = _mm256_abs_epi8(wv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
             is[m] = _mm256_dpbusd_epi32(is[m], aw, _mm256_sign_epi8(st_bcast4(xb->qs + 4 * g), wv));
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m] = block_end(is[m], dw, ((Q8 *)(x + m * xs))[b].d, acc[m]);
 }
 
@@ -40,14 +40,14 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
                             size_t xs, const int MT, __m256 *acc)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i is[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i is[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) is[m] = _mm256_set1_epi32(-8 * ((Q8 *)(x + m * xs))[b].sum);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < 4; v++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
         __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
             is[m] = _mm256_dpbusd_epi32(is[m], lo, st_bcast4(xb->qs + 4 * v));
@@ -55,7 +55,7 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m] = block_end(is[m], dw, ((Q8 *)(x + m * xs))[b].d, acc[m]);
 }
 
@@ -63,8 +63,8 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
                           size_t xs, const int MT, __m256 *acc)
 {
     const __m256i ones8 = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
-    __m256i is[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i is[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) is[m] = zero;
     for (int k = 0; k < 8; k++) {
         __m256i nz = _mm256_loadu_si256((const __m256i *)(q + 64 * k));
@@ -74,7 +74,7 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
             // n: 1 where the weight is nonzero; s: the weight's sign in bit 7, never 0.
             __m256i n = _mm256_and_si256(j ? _mm256_srli_epi16(nz, j) : nz, ones8);
             __m256i s = _mm256_or_si256(j < 7 ? _mm256_slli_epi16(sg, 7 - j) : sg, ones8);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 Q8K *xb = (Q8K *)(x + m * xs) + b;
                 is[m] = _mm256_dpbusd_epi32(is[m], n, _mm256_sign_epi8(st_bcast4(xb->qs + 4 * (8 * k + j)), s));
@@ -82,7 +82,7 @@ ST_INLINE void mask_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m] = block_end(is[m], dw, ((Q8K *)(x + m * xs))[b].d, acc[m]);
 }
 
@@ -90,17 +90,17 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
                           size_t xs, const int MT, __m256 *acc)
 {
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256i is[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i is[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++)
         is[m] = _mm256_sub_epi32(_mm256_setzero_si256(), st_q8_k_sum_bcast((Q8K *)(x + m * xs) + b));
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < 4; p++) {
             __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 Q8K *xb = (Q8K *)(x + m * xs) + b;
                 is[m] = _mm256_dpbusd_epi32(is[m], c, st_bcast4(xb->qs + 4 * (4 * k + p)));
@@ -108,7 +108,7 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m] = block_end(is[m], dw, ((Q8K *)(x + m * xs))[b].d, acc[m]);
 }
 

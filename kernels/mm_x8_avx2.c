@@ -14,12 +14,12 @@ ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
                             size_t xs, const int MT, __m256 *acc)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i is[ST_KERN_MT];
+    __m256i is[ST_KERN_MT_X8];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
         __m256i aw = _mm256_abs_epi8(wv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
             __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(st_bcast4(xb->qs + 4 * g), wv));
@@ -29,7 +29,7 @@ ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) {
         Q8 *xb = (Q8 *)(x + m * xs) + b;
         __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xb->d));
@@ -44,12 +44,12 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
                             size_t xs, const int MT, __m256 *acc)
 {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
-    __m256i s16[ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256i s16[ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int v = 0; v < 4; v++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
         __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
             __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, st_bcast4(xb->qs + 4 * v)),
@@ -59,7 +59,7 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int m = 0; m < MT; m++) {
         Q8 *xb = (Q8 *)(x + m * xs) + b;
         __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s16[m], ones), _mm256_set1_epi32(8 * xb->sum));

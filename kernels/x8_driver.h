@@ -29,12 +29,12 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     size_t qb = st_kern_x8_qbytes(type);
     const uint8_t *gq[4];
     const uint16_t *gd[4];
-    __m256 acc[4][ST_KERN_MT];
-#pragma GCC unroll 4
+    __m256 acc[4][ST_KERN_MT_X8];
+#pragma GCC unroll 8
     for (int i = 0; i < G; i++) {
         gq[i] = (const uint8_t *)w->data + (g + i) * w->stride;
         gd[i] = (const uint16_t *)(gq[i] + nb * qb);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm256_setzero_ps();
     }
     // Software prefetch of the weights `ahead` bytes on: with much arithmetic
@@ -48,7 +48,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
 #ifdef ST_X8_BLOCK_GROUPS
     if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
         for (int64_t b = 0; b < nb; b++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block_groups(type, gq, gd, b, x, G, acc);
         }
@@ -57,7 +57,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     }
 #endif
     for (int64_t b = 0; b < nb; b++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < G; i++) {
             x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block(type, gq[i] + b * qb, gd[i], b, x, xs, MT, acc[i]);
@@ -81,7 +81,9 @@ ST_INLINE void x8_groups(const uint32_t type, const struct st_kern_weight *w, co
     for (; g < g1; g++) x8_run_groups(type, w, x, xs, MT, 1, y, ys, g, r0, r1);
 }
 
-// The product of mt <= ST_KERN_MT activation rows with rows [r0, r1).
+// The product of mt <= ST_KERN_MT_X8 activation rows with rows [r0, r1):
+// one pass over the weights for every mt (a second pass for rows 5-8 cost
+// M = 8 a third more time than one pass, memory-bound while the first ran).
 ST_INLINE void x8_mm(const uint32_t type, const struct st_kern_weight *w, const void *x, size_t xs,
                      int mt, float *y, size_t ys, int64_t r0, int64_t r1)
 {
@@ -89,7 +91,11 @@ ST_INLINE void x8_mm(const uint32_t type, const struct st_kern_weight *w, const 
     case 1: x8_groups(type, w, x, xs, 1, y, ys, r0, r1); break;
     case 2: x8_groups(type, w, x, xs, 2, y, ys, r0, r1); break;
     case 3: x8_groups(type, w, x, xs, 3, y, ys, r0, r1); break;
-    default: x8_groups(type, w, x, xs, 4, y, ys, r0, r1); break;
+    case 4: x8_groups(type, w, x, xs, 4, y, ys, r0, r1); break;
+    case 5: x8_groups(type, w, x, xs, 5, y, ys, r0, r1); break;
+    case 6: x8_groups(type, w, x, xs, 6, y, ys, r0, r1); break;
+    case 7: x8_groups(type, w, x, xs, 7, y, ys, r0, r1); break;
+    default: x8_groups(type, w, x, xs, 8, y, ys, r0, r1); break;
     }
 }
 
