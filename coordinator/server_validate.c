@@ -219,8 +219,13 @@ static Subternary__ErrorCode params_of(const Subternary__GenerateRequest *g, con
             MSG("speculation.governor_threshold %g is not in [0, 1]", (double)sp->governor_threshold);
             return SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD;
         }
+        if (!in_range(sp->draft_p_min, 0, 1) || sp->draft_p_min == 1) {
+            MSG("speculation.draft_p_min %g is not in [0, 1)", (double)sp->draft_p_min);
+            return SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD;
+        }
         gp->k = sp->k;
         gp->governor_threshold = sp->governor_threshold;
+        gp->draft_p_min = sp->draft_p_min;
     }
     gp->stop_at_eos = !g->ignore_eos;
     if (g->n_stop > ST_SESSION_MAX_STOPS) {

@@ -322,6 +322,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         cmd.n_tokens = s->t - s->dc + 1;
         cmd.pos = s->dc;
         cmd.k = K;
+        cmd.draft_p_min = s->gp.draft_p_min;
     } else {
         cmd.kind = SUBTERNARY__STEP_KIND__STEP_VERIFY;
     }
@@ -346,6 +347,10 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     const struct st_scratch_layout *sl = &nd->sl;
     const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
     const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);
+    if (spec) { // the draft may have stopped early (draft_p_min)
+        uint32_t kept = *(const uint32_t *)(nd->scratch + sl->draft_kept);
+        if (kept >= 1 && kept < K) K = kept;
+    }
     uint32_t m, z;
     if (greedy) {
         m = st_spec_accept_greedy(am, y, K, &z);

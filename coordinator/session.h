@@ -22,6 +22,7 @@ struct st_gen_params {
     uint32_t k;              // fixed draft length; 0: adaptive
     bool governor;           // suspend drafting when it stops paying
     float governor_threshold; // acceptance below this suspends (0: 0.30)
+    float draft_p_min;       // a round's drafting stops below this confidence (0: never)
     const char *stop[ST_SESSION_MAX_STOPS];
     uint32_t n_stop;
     bool stop_at_eos;        // default true

@@ -65,6 +65,7 @@ struct st_client_request {
     uint32_t k;                // draft length; 0: adaptive
     bool no_governor;
     float governor_threshold;  // 0: the server's default
+    float draft_p_min;         // stop a round's drafting below this confidence, [0, 1) (0: never)
     const char *const *stop;   // [n_stop] stop strings
     size_t n_stop;
     uint64_t deadline_ms;      // 0: none

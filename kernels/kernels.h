@@ -163,7 +163,8 @@ float st_kern_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x
 // st_kern_act_row_bytes() apart.  y: [M][w->rows].  Each rank may take any
 // row range; ranges at multiples of w->group avoid recomputing a group.
 // Each weight block is decoded once for up to ST_KERN_MT activation rows
-// (every format, Q4_K/Q6_K rows included; ST_KERN_MT_X8 for the run formats); large M is tiled for cache reuse.
+// (every format, Q4_K/Q6_K rows included; ST_KERN_MT_X8 for the run
+// formats); large M is tiled for cache reuse.
 // Row r of the result is bit-identical for every M and every range that
 // contains r.  y must not overlap x.
 void st_kern_matmul(const struct st_kern_weight *w, const void *x, int M, float *y,

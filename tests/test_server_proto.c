@@ -213,10 +213,15 @@ static void test_generate_fields(void **state)
     sp.governor_threshold = 1.5f;
     assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD);
     sp.governor_threshold = 0.5f;
+    sp.draft_p_min = 1.0f;
+    assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD);
+    sp.draft_p_min = -0.1f;
+    assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD);
+    sp.draft_p_min = 0.8f;
     sp.disable = true;
     sp.no_governor = true;
     assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_NONE);
-    assert_true(!r.gp.speculate && !r.gp.governor && r.gp.k == 8);
+    assert_true(!r.gp.speculate && !r.gp.governor && r.gp.k == 8 && fabsf(r.gp.draft_p_min - 0.8f) < 1e-6f);
     release(&r);
     // max_tokens: over the context is refused; 0 takes the default.
     g.max_tokens = 65;

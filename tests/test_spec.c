@@ -40,6 +40,8 @@ static void run(struct st_session *s, const struct st_gen_params *gp, int32_t *o
     if (st) *st = *st_session_stats(s);
 }
 
+static double early_k, early_rounds; // rounds run with draft_p_min, and their drafts
+
 static void check_pair(const char *target, const char *draft)
 {
     struct st_test_engine t;
@@ -75,8 +77,22 @@ static void check_pair(const char *target, const char *draft)
                 drafted += st.drafted;
                 accepted += st.accepted;
             }
-        printf("  %-28s + %-26s %s: identical in 10 runs, acceptance %.3f\n", target + 7, draft + 7, prompts[pi],
-               drafted ? (double)accepted / drafted : 0.0);
+        // K up to 8, drafting stopped early below 0.9 confidence.
+        struct st_session_stats st;
+        gp.k = 8;
+        gp.governor = false;
+        gp.draft_p_min = 0.9f;
+        run(s, &gp, sp, &n_sp, &st);
+        gp.draft_p_min = 0;
+        assert_int_equal(n_sp, n_ar);
+        for (uint32_t i = 0; i < n_ar; i++)
+            if (sp[i] != ar[i])
+                fail_msg("%s + %s, %s, K<=8, draft_p_min 0.9: token %u is %d, autoregressive %d", target, draft,
+                         prompts[pi], i, sp[i], ar[i]);
+        early_k += st.k_sum, early_rounds += st.rounds - st.suspended_rounds;
+        printf("  %-28s + %-26s %s: identical in 11 runs, acceptance %.3f; K<=8 with early stops: mean K %.2f\n",
+               target + 7, draft + 7, prompts[pi], drafted ? (double)accepted / drafted : 0.0,
+               st.rounds ? st.k_sum / st.rounds : 0.0);
         st_session_end(&s);
     }
     st_test_engine_close(&t);
@@ -92,6 +108,8 @@ static void test_greedy_equality(void **state)
                             "models/pico-draft.tq1_0.gguf", "models/pico-draft.tq2_0.gguf"};
     for (int i = 0; i < 5; i++)
         for (int j = 0; j < 4; j++) check_pair(targets[i], drafts[j]);
+    // The early stop must actually have cut rounds short somewhere.
+    assert_true(early_rounds > 0 && early_k < 8 * early_rounds);
 }
 
 // A draft that shares nothing with the target (another model altogether):

@@ -128,8 +128,11 @@ struct seq {
 
 static int cmp_seq(const void *x, const void *y) { return memcmp(((const struct seq *)x)->t, ((const struct seq *)y)->t, 16); }
 
+static double k_sum, spec_rounds; // drafts and speculative rounds of the last sample4
+
 static void sample4(const struct st_gen_params *gp0, struct seq *out, uint32_t n, uint64_t seed_base, bool a)
 {
+    k_sum = spec_rounds = 0;
     struct st_gen_params gp = *gp0;
     struct st_error e;
     for (uint32_t i = 0; i < n; i++) {
@@ -139,6 +142,9 @@ static void sample4(const struct st_gen_params *gp0, struct seq *out, uint32_t n
         enum st_finish fin = ST_FINISH_NONE;
         while (fin == ST_FINISH_NONE)
             if (st_session_round(S, buf, 64, &fin, &e) < 0) fail_msg("%s", e.msg);
+        const struct st_session_stats *st = st_session_stats(S);
+        k_sum += st->k_sum;
+        spec_rounds += st->rounds - st->suspended_rounds;
         uint32_t k;
         const int32_t *o = st_session_output(S, &k);
         assert_int_equal(k, 4);
@@ -152,15 +158,19 @@ static void sample4(const struct st_gen_params *gp0, struct seq *out, uint32_t n
 static void test_joint4(void **state)
 {
     (void)state;
-    struct st_sampling cfg[2] = {{0.7f, 0, 0, 0}, {1.5f, 40, 0, 0}};
-    for (int c = 0; c < 2; c++) {
+    // The third runs K <= 5 with drafting stopped below 0.6 confidence.
+    struct st_sampling cfg[3] = {{0.7f, 0, 0, 0}, {1.5f, 40, 0, 0}, {1.5f, 0, 0, 0}};
+    float p_min[3] = {0, 0, 0.6f};
+    for (int c = 0; c < 3; c++) {
         uint32_t nj = scaled(N_JOINT);
         struct seq *all = malloc(2 * nj * sizeof *all);
-        struct st_gen_params gp = {.max_tokens = 4, .sampling = cfg[c], .k = 3};
+        struct st_gen_params gp = {.max_tokens = 4, .sampling = cfg[c], .k = p_min[c] ? 5 : 3, .draft_p_min = p_min[c]};
         gp.speculate = false;
         sample4(&gp, all, nj, 11, true);
         gp.speculate = true;
         sample4(&gp, all + nj, nj, 99991, false);
+        // With draft_p_min, rounds must really have stopped early.
+        if (p_min[c]) assert_true(k_sum < 5 * spec_rounds);
         qsort(all, 2 * nj, sizeof *all, cmp_seq);
         // Two-sample chi-square over sequences seen >= 10 times in all; the rest pooled.
         double stat = 0, ra = 0, rb = 0;
@@ -178,8 +188,9 @@ static void test_joint4(void **state)
         }
         if (ra + rb > 0) stat += (ra - rb) * (ra - rb) / (ra + rb), bins++;
         double df = bins - 1, crit = chi2_crit(df, 3.09);
-        printf("  joint 4 tokens, T=%.1f top-k %u: chi2 %.1f on %.0f df (critical %.1f)\n", cfg[c].temperature,
-               cfg[c].top_k, stat, df, crit);
+        printf("  joint 4 tokens, T=%.1f top-k %u%s: chi2 %.1f on %.0f df (critical %.1f)\n", cfg[c].temperature,
+               cfg[c].top_k, p_min[c] ? ", K <= 5 stopped below confidence 0.6" : "", stat, df, crit);
+        if (p_min[c]) printf("    mean K %.2f over %.0f speculative rounds\n", k_sum / spec_rounds, spec_rounds);
         assert_true(stat < crit);
         free(all);
     }

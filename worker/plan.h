@@ -56,7 +56,7 @@ struct st_plan {
     // Shared scratch (see struct st_scratch_layout for shapes).
     float *x, *tmp, *q, *k, *v, *att, *g, *u, *logits;
     struct st_argmax_partial *partial;
-    uint32_t *draft_tokens, *target_argmax;
+    uint32_t *draft_tokens, *draft_kept, *target_argmax;
     float *draft_probs, *target_probs;
     // This rank's own scratch.
     float *xn;          // [m_max][widest] normalised rows

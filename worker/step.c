@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "sampling/sampling.h"
 
 // Random streams of one step's seed: draft proposals use stream 1; the
@@ -44,9 +45,23 @@ static int prefill(struct st_plan *p, const Subternary__StepCommand *c)
     return 0;
 }
 
-// Draft model: the tokens it has not seen yet, then K proposals.  The leader
-// picks each token (argmax, or a draw from the transformed distribution)
-// between iterations; the barrier after it publishes the token.
+// The draft's confidence in its next token: the largest probability of the
+// distribution it draws from (stochastic), or of softmax(logits) (greedy;
+// buf: n floats of scratch).
+static float confidence(const float *logits, const float *q, float *buf, uint32_t n)
+{
+    if (q) return q[st_argmax(q, n)];
+    float mx = st_kern_max(logits, n);
+    return 1.0f / st_kern_exp_sum(logits, buf, n, mx, 1.0f);
+}
+
+// Draft model: the tokens it has not seen yet, then up to K proposals.  The
+// leader picks each token (argmax, or a draw from the transformed
+// distribution) between iterations; the barrier after it publishes the token
+// and how many drafts are kept.  Below draft_p_min confidence the loop stops
+// before the doubtful token (after at least one): it would likely be
+// rejected, and its draft and verify rows cost time.  The stop depends only
+// on the draft's own distribution, so sampling stays exact.
 static int draft(struct st_plan *p, const Subternary__StepCommand *c)
 {
     struct st_sampling s;
@@ -63,14 +78,18 @@ static int draft(struct st_plan *p, const Subternary__StepCommand *c)
         if (st_fwd(p, model, c->slot, in, n, pos, 1, &am)) return -1;
         if (p->rank == 0) {
             uint32_t y = am;
-            if (!st_sampling_greedy(&s)) {
-                float *q = p->draft_probs + (size_t)i * V;
+            float *q = p->draft_probs + (size_t)i * V;
+            bool greedy = st_sampling_greedy(&s);
+            if (!greedy) {
                 st_sample_probs(p->logits, V, &s, q);
                 y = st_sample_draw(q, V, st_rng_uniform(c->seed, STREAM_DRAFT, i));
             }
             p->draft_tokens[i] = y;
+            bool stop = i > 0 && c->draft_p_min > 0 && confidence(p->logits, greedy ? NULL : q, q, V) < c->draft_p_min;
+            *p->draft_kept = stop ? i : i + 1;
         }
         if (st_plan_sync(p)) return -1;
+        if (*p->draft_kept <= i) break;
         pos += n;
         in = &p->draft_tokens[i];
         n = 1;
@@ -119,7 +138,7 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
         break;
     case SUBTERNARY__STEP_KIND__STEP_ROUND:
         rc = draft(p, c);
-        if (!rc) rc = verify(p, c, c->k, p->draft_tokens);
+        if (!rc) rc = verify(p, c, *p->draft_kept, p->draft_tokens);
         break;
     default: rc = st_error_set(&p->err, "unknown step kind %d", c->kind);
     }
