@@ -148,10 +148,13 @@ struct tile {
     struct pair_state p[TILE];
 };
 
-// Positions [j0, j0 + jn) of one tile.
-static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, int jn)
+// Positions [j0, j0 + jn) of one tile of T pairs.  T is a constant in each
+// instance (tile_chunk dispatches), so the accumulators live in registers;
+// with T known only at run time they went through memory, cleared by a
+// `rep stos` per position, and every step tested t < T.
+ST_INLINE void tile_chunk_t(const struct st_kern_attn *a, struct tile *tl, int j0, int jn, const int T)
 {
-    int hd = a->head_dim, T = tl->n;
+    int hd = a->head_dim;
     size_t ps = (size_t)a->n_kv_heads * hd;
     const uint16_t *K = a->k + (size_t)tl->kvh * hd, *V = a->v + (size_t)tl->kvh * hd;
     struct pair_state *st = tl->p;
@@ -160,32 +163,35 @@ static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, in
     for (int j = 0; j < jn; j++) {
         const uint16_t *kj = K + (size_t)(j0 + j) * ps;
         // Rows are head_dim values apart from the next position's: ask for
-        // K a few rows ahead and for this row's V, used after the scores.
+        // K a few rows ahead, and for this row's V, used after the scores,
+        // into L2 only: a chunk's V in L1 as well pushed out the K rows.
         const uint16_t *vp = V + (size_t)(j0 + j) * ps;
         bool ahead = j0 + j + PREFETCH_ROWS < a->n_ctx;
         for (int d = 0; d < hd; d += 32) {
             if (ahead) _mm_prefetch((const char *)(kj + PREFETCH_ROWS * ps + d), _MM_HINT_T0);
-            _mm_prefetch((const char *)(vp + d), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vp + d), _MM_HINT_T1);
         }
         __m256 acc[TILE];
-        for (int t = 0; t < TILE; t++) acc[t] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
         for (int d = 0; d < hd; d += 8) {
             __m256 kv = load_f16(kj + d);
 #pragma GCC unroll 8
-            for (int t = 0; t < TILE; t++)
-                if (t < T) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(st[t].q + d), kv, acc[t]);
+            for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(st[t].q + d), kv, acc[t]);
         }
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++) s[t][j] = st_hsum256(acc[t]) * a->scale;
     }
     // Online softmax per pair over its valid part of the chunk.
     float factor[TILE];
-    int valid[TILE];
+    int valid[TILE], vmin = jn;
     for (int t = 0; t < T; t++) {
         valid[t] = st[t].P - j0 + 1 < jn ? st[t].P - j0 + 1 : jn;
+        if (valid[t] < vmin) vmin = valid[t] > 0 ? valid[t] : 0;
         factor[t] = 1.0f;
         if (valid[t] <= 0) continue;
         float cm = st[t].mx;
-        for (int j = 0; j < valid[t]; j++) cm = fmaxf(cm, s[t][j]);
+        for (int j = 0; j < valid[t]; j++) cm = s[t][j] > cm ? s[t][j] : cm;
         float e[8];
         _mm256_storeu_ps(e, st_exp256(_mm256_set1_ps(st[t].mx - cm)));
         factor[t] = e[0];
@@ -209,37 +215,60 @@ static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, in
         st[t].sum = fmaf(st[t].sum, factor[t], cs);
         st[t].mx = cm;
     }
-    // V: 4 pairs x 16 dimensions of accumulators at a time.
+    // V: 4 pairs x 16 dimensions of accumulators at a time.  Positions below
+    // every pair's valid length run without per-pair tests.
+#pragma GCC unroll 2
     for (int t0 = 0; t0 < T; t0 += 4) {
-        int tn = T - t0 < 4 ? T - t0 : 4;
+        const int tn = T - t0 < 4 ? T - t0 : 4;
         for (int d = 0; d < hd; d += 16) {
             __m256 lo[4], hi[4];
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                lo[u] = hi[u] = _mm256_setzero_ps();
-                if (u >= tn) continue;
+            for (int u = 0; u < tn; u++) {
                 __m256 f = _mm256_set1_ps(factor[t0 + u]);
                 lo[u] = _mm256_mul_ps(_mm256_loadu_ps(st[t0 + u].acc + d), f);
                 hi[u] = _mm256_mul_ps(_mm256_loadu_ps(st[t0 + u].acc + d + 8), f);
             }
-            for (int j = 0; j < jn; j++) {
-                const uint16_t *vj = V + (size_t)(j0 + j) * ps + d;
-                __m256 v0 = load_f16(vj), v1 = load_f16(vj + 8);
+            const uint16_t *vd = V + (size_t)j0 * ps + d;
+            int j = 0;
+            for (; j < vmin; j++) {
+                __m256 v0 = load_f16(vd + (size_t)j * ps), v1 = load_f16(vd + (size_t)j * ps + 8);
 #pragma GCC unroll 4
-                for (int u = 0; u < 4; u++) {
-                    if (u >= tn || j >= valid[t0 + u]) continue;
+                for (int u = 0; u < tn; u++) {
+                    __m256 p = _mm256_set1_ps(s[t0 + u][j]);
+                    lo[u] = _mm256_fmadd_ps(p, v0, lo[u]);
+                    hi[u] = _mm256_fmadd_ps(p, v1, hi[u]);
+                }
+            }
+            for (; j < jn; j++) {
+                __m256 v0 = load_f16(vd + (size_t)j * ps), v1 = load_f16(vd + (size_t)j * ps + 8);
+#pragma GCC unroll 4
+                for (int u = 0; u < tn; u++) {
+                    if (j >= valid[t0 + u]) continue;
                     __m256 p = _mm256_set1_ps(s[t0 + u][j]);
                     lo[u] = _mm256_fmadd_ps(p, v0, lo[u]);
                     hi[u] = _mm256_fmadd_ps(p, v1, hi[u]);
                 }
             }
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                if (u >= tn) continue;
+            for (int u = 0; u < tn; u++) {
                 _mm256_storeu_ps(st[t0 + u].acc + d, lo[u]);
                 _mm256_storeu_ps(st[t0 + u].acc + d + 8, hi[u]);
             }
         }
+    }
+}
+
+static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, int jn)
+{
+    switch (tl->n) {
+    case 1: tile_chunk_t(a, tl, j0, jn, 1); break;
+    case 2: tile_chunk_t(a, tl, j0, jn, 2); break;
+    case 3: tile_chunk_t(a, tl, j0, jn, 3); break;
+    case 4: tile_chunk_t(a, tl, j0, jn, 4); break;
+    case 5: tile_chunk_t(a, tl, j0, jn, 5); break;
+    case 6: tile_chunk_t(a, tl, j0, jn, 6); break;
+    case 7: tile_chunk_t(a, tl, j0, jn, 7); break;
+    default: tile_chunk_t(a, tl, j0, jn, 8); break;
     }
 }
 
