@@ -1,8 +1,8 @@
 // Matrix product driver: splits M into tiles of at most st_kern_mm_tile()
 // rows and, when there is more than one tile, walks the weights in chunks
-// small enough to stay in L2 while every tile passes over them (prefill).  The kernels
-// compute each (row, activation) pair the same way whatever the tile, so a
-// row's result does not depend on M.
+// small enough to stay in L2 while every tile passes over them (prefill).
+// The kernels compute each (row, activation) pair the same way whatever the
+// tile, so a row's result does not depend on M.
 #include "kernels/kern_internal.h"
 
 // Bytes of weights per chunk: a quarter of a 1 MiB L2.

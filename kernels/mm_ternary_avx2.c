@@ -65,7 +65,7 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int p = 0; p < 4; p++) {
             __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
 #pragma GCC unroll 8
@@ -95,17 +95,17 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
     const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
     Q8K *xb = (Q8K *)x + b;
     __m256i s16[4];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < G; i++) s16[i] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v[4];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int i = 0; i < G; i++) v[i] = _mm256_loadu_si256((const __m256i *)(q[i] + (size_t)b * 512 + 32 * k));
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int p = 0; p < 4; p++) {
             __m256i xv = st_bcast4(xb->qs + 4 * (4 * k + p));
-#pragma GCC unroll 8
+#pragma GCC unroll 4
             for (int i = 0; i < G; i++) {
                 __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v[i], 2 * p) : v[i], m3);
                 s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(c, xv));
@@ -113,7 +113,7 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
             }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < G; i++) {
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd[i] + 8 * b)));
         __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones16), st_q8_k_sum_bcast(xb));

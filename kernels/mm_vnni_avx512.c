@@ -43,7 +43,7 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
     __m256i is[ST_KERN_MT_X8];
 #pragma GCC unroll 8
     for (int m = 0; m < MT; m++) is[m] = _mm256_set1_epi32(-8 * ((Q8 *)(x + m * xs))[b].sum);
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
         __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
@@ -97,7 +97,7 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
 #pragma GCC unroll 2
     for (int k = 0; k < 16; k++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int p = 0; p < 4; p++) {
             __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
 #pragma GCC unroll 8

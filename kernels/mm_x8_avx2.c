@@ -45,7 +45,7 @@ ST_INLINE void q4_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
 {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
     __m256i s16[ST_KERN_MT_X8];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
         __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);

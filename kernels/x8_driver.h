@@ -30,7 +30,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     const uint8_t *gq[4];
     const uint16_t *gd[4];
     __m256 acc[4][ST_KERN_MT_X8];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < G; i++) {
         gq[i] = (const uint8_t *)w->data + (g + i) * w->stride;
         gd[i] = (const uint16_t *)(gq[i] + nb * qb);
@@ -48,7 +48,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
 #ifdef ST_X8_BLOCK_GROUPS
     if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
         for (int64_t b = 0; b < nb; b++) {
-#pragma GCC unroll 8
+#pragma GCC unroll 4
             for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block_groups(type, gq, gd, b, x, G, acc);
         }
@@ -57,7 +57,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     }
 #endif
     for (int64_t b = 0; b < nb; b++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int i = 0; i < G; i++) {
             x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
             x8_block(type, gq[i] + b * qb, gd[i], b, x, xs, MT, acc[i]);
