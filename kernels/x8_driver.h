@@ -12,10 +12,42 @@
 #ifndef ST_KERNELS_X8_DRIVER_H
 #define ST_KERNELS_X8_DRIVER_H
 
-// Asks for the qb bytes of a block `ahead` bytes past blk (0: no prefetch).
-ST_INLINE void x8_prefetch(const uint8_t *blk, size_t qb, size_t ahead)
+// How far ahead of the block being computed the weights are requested, and
+// into which cache.
+struct x8_prefetch_plan {
+    size_t ahead; // bytes; 0: none
+    bool l2;      // into L2 only (_MM_HINT_T1), else into L1 (_MM_HINT_T0)
+};
+
+// Distances measured by alternating candidates over weights 8x the LLC,
+// 2 threads, median of 24-30 pairs (this VM, Zen 3):
+// - Q8_0, one row: no prefetch; any distance cost 2-8%.
+// - Q4_0, one row: 64 KiB into L2, 8192x2048 12-17% faster (32 KiB: 12%,
+//   128 KiB and 16 KiB worse); neutral at 2048x8192.
+// - Q8_0 and Q4_0, 2-8 rows: 32 KiB into L2, Q8_0 6-11% and Q4_0 (M=4)
+//   23% faster than the 4 KiB into L1 used before (64 KiB the same).
+//   With several rows the core computes long enough per byte that the
+//   hardware prefetcher's reach no longer covers memory latency.
+// - Ternary: 32 KiB into L1 (5-35% over 4-8 KiB; L2 made no difference).
+ST_INLINE struct x8_prefetch_plan x8_prefetch_plan(const uint32_t type, const int MT)
 {
-    for (size_t o = 0; o < (ahead ? qb : 0); o += 64) _mm_prefetch((const char *)(blk + ahead + o), _MM_HINT_T0);
+    if (type == ST_KERN_RUN_TERNARY_CODE || type == ST_KERN_RUN_TERNARY_MASK)
+        return (struct x8_prefetch_plan){32768, false};
+    if (MT > 1) return (struct x8_prefetch_plan){32768, true};
+    if (type == ST_KERN_RUN_Q4_0X8) return (struct x8_prefetch_plan){65536, true};
+    return (struct x8_prefetch_plan){0, false};
+}
+
+// Asks for the qb bytes of a block `pf.ahead` bytes past blk, if that is
+// still before `end` (the end of the caller's rows: rows past it are
+// another rank's chunk more often than not).
+ST_INLINE void x8_prefetch(const uint8_t *blk, size_t qb, struct x8_prefetch_plan pf, const uint8_t *end)
+{
+    if (!pf.ahead || blk + pf.ahead >= end) return;
+    for (size_t o = 0; o < qb; o += 64) {
+        if (pf.l2) _mm_prefetch((const char *)(blk + pf.ahead + o), _MM_HINT_T1);
+        else _mm_prefetch((const char *)(blk + pf.ahead + o), _MM_HINT_T0);
+    }
 }
 
 // G groups from group g side by side: G streams of weights in flight keep
@@ -37,19 +69,15 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm256_setzero_ps();
     }
-    // Software prefetch of the weights `ahead` bytes on: with much arithmetic
-    // per byte (ternary, or several activation rows) the core falls behind
-    // the hardware prefetcher's reach.  Distances measured by alternating
-    // the candidates over weights 8x the LLC, 2 threads: one row of Q8_0 or
-    // Q4_0 streams 4-9% faster without; the ternary formats gain 5-35% at
-    // 32 KiB over 4-8 KiB (about one set of 4 groups on, at 2048-8192 columns).
-    const bool ternary = type == ST_KERN_RUN_TERNARY_CODE || type == ST_KERN_RUN_TERNARY_MASK;
-    const size_t ahead = ternary ? 32768 : MT == 1 ? 0 : 4096;
+    // Software prefetch of the weights ahead of the hardware prefetcher's
+    // reach, up to the end of this call's rows.
+    const struct x8_prefetch_plan pf = x8_prefetch_plan(type, MT);
+    const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
 #ifdef ST_X8_BLOCK_GROUPS
     if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
         for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
-            for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
+            for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, pf, end);
             x8_block_groups(type, gq, gd, b, x, G, acc);
         }
         for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
@@ -59,7 +87,7 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     for (int64_t b = 0; b < nb; b++)
 #pragma GCC unroll 4
         for (int i = 0; i < G; i++) {
-            x8_prefetch(gq[i] + (size_t)b * qb, qb, ahead);
+            x8_prefetch(gq[i] + (size_t)b * qb, qb, pf, end);
             x8_block(type, gq[i] + b * qb, gd[i], b, x, xs, MT, acc[i]);
         }
     for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
