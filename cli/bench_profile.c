@@ -43,20 +43,22 @@ int st_bench_profile(int argc, char **argv)
     struct st_bench_common c;
     st_bench_common_defaults(&c);
     bool spec = true;
+    uint32_t k = 0;
     for (int i = 1; i < argc; i++) {
         int r = st_bench_common_opt(argc, argv, &i, &c);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--no-spec")) spec = false;
+        else if (!strcmp(argv[i], "--k") && i + 1 < argc && atoi(argv[i + 1]) >= 1) k = (uint32_t)atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: subternary bench profile [-m TARGET] [-d DRAFT] [--no-spec] [-n N] [--quick]\n");
+            fprintf(stderr, "usage: subternary bench profile [-m TARGET] [-d DRAFT] [--no-spec] [--k N] [-n N] [--quick]\n");
             return 2;
         }
     }
     if (c.quick && c.n_tokens == 128) c.n_tokens = 64;
     struct st_bench_rig rig;
     if (st_bench_rig_open(&rig, &c.o)) return 1;
-    struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = spec, .profile = true, .stop_at_eos = false};
+    struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = spec, .k = k, .profile = true, .stop_at_eos = false};
     struct st_session_stats st;
     if (st_bench_rig_run(&rig, &gp, &st) || st_bench_rig_run(&rig, &gp, &st)) return 1; // second run: warm
     uint32_t order[ST_POOL_MAX_OPS];
