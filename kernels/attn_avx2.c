@@ -190,14 +190,22 @@ ST_INLINE void tile_chunk_t(const struct st_kern_attn *a, struct tile *tl, int j
         if (valid[t] < vmin) vmin = valid[t] > 0 ? valid[t] : 0;
         factor[t] = 1.0f;
         if (valid[t] <= 0) continue;
+        // The chunk's max, 8 positions per step (a scalar loop was a
+        // dependent chain of 64 compares per pair).
         float cm = st[t].mx;
-        for (int j = 0; j < valid[t]; j++) cm = s[t][j] > cm ? s[t][j] : cm;
+        int j = 0;
+        if (valid[t] >= 8) {
+            __m256 vmx = _mm256_loadu_ps(s[t]);
+            for (j = 8; j + 8 <= valid[t]; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s[t] + j));
+            float hm = st_hmax256(vmx);
+            cm = hm > cm ? hm : cm;
+        }
+        for (; j < valid[t]; j++) cm = s[t][j] > cm ? s[t][j] : cm;
         float e[8];
         _mm256_storeu_ps(e, st_exp256(_mm256_set1_ps(st[t].mx - cm)));
         factor[t] = e[0];
         __m256 vm = _mm256_set1_ps(cm), vs = _mm256_setzero_ps();
-        int j = 0;
-        for (; j + 8 <= valid[t]; j += 8) {
+        for (j = 0; j + 8 <= valid[t]; j += 8) {
             __m256 p = st_exp256(_mm256_sub_ps(_mm256_loadu_ps(s[t] + j), vm));
             _mm256_storeu_ps(s[t] + j, p);
             vs = _mm256_add_ps(vs, p);
