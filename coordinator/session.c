@@ -6,6 +6,7 @@
 #include <time.h>
 
 #define STREAM_ACCEPT 2
+#define ST_SESSION_DEPTHS 33 // draft depths 1..32 (--k-max <= 32)
 
 struct st_session {
     struct st_engine *eng;
@@ -24,11 +25,37 @@ struct st_session {
     uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
     uint32_t n_window;
     double ema_accept;        // per-token acceptance estimate
+    // Per draft depth i (1-based): decayed counts of rounds that reached
+    // depth i (the first i-1 drafts accepted, K >= i) and of those that also
+    // accepted draft i.  Acceptance is not independent from token to token
+    // (easy stretches accept in runs), so the chance of draft i given its
+    // predecessors is measured per depth rather than as one rate.
+    double depth_tried[ST_SESSION_DEPTHS], depth_passed[ST_SESSION_DEPTHS];
     float *resid;             // [n_vocab]
     char *text;               // detokenised output (stop strings)
     size_t text_len, text_cap;
     struct st_session_stats st;
 };
+
+static void depth_reset(struct st_session *s)
+{
+    memset(s->depth_tried, 0, sizeof s->depth_tried);
+    memset(s->depth_passed, 0, sizeof s->depth_passed);
+}
+
+// Depth statistics after a round of K drafts with m accepted; older rounds
+// weigh less (about the last 20 count).
+static void depth_update(struct st_session *s, uint32_t K, uint32_t m)
+{
+    for (uint32_t i = 1; i < ST_SESSION_DEPTHS; i++) {
+        s->depth_tried[i] *= 0.95;
+        s->depth_passed[i] *= 0.95;
+    }
+    for (uint32_t i = 1; i <= K && i <= m + 1 && i < ST_SESSION_DEPTHS; i++) {
+        s->depth_tried[i] += 1;
+        if (i <= m) s->depth_passed[i] += 1;
+    }
+}
 
 static double now_s(void)
 {
@@ -86,6 +113,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     s->drafting = s->gp.speculate;
     s->probe_every = 32;
     s->ema_accept = 0.7;
+    depth_reset(s);
     // Place on the node with the fewest sessions.
     uint32_t best = 0;
     for (uint32_t i = 1; i < eng->n_nodes; i++)
@@ -167,8 +195,15 @@ int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, cons
 static double rate(const struct st_session *s, uint32_t K)
 {
     const struct st_engine_node *nd = &s->eng->node[s->node];
+    // Expected tokens: 1 + sum over i <= K of P(drafts 1..i accepted), each
+    // depth's rate shrunk towards the overall one by one pseudo-round.
     double a = s->ema_accept < 0.999 ? s->ema_accept : 0.999;
-    double tokens = (1 - pow(a, K + 1)) / (1 - a);
+    double tokens = 1, surv = 1;
+    for (uint32_t i = 1; i <= K; i++) {
+        double h = i < ST_SESSION_DEPTHS ? (s->depth_passed[i] + a) / (s->depth_tried[i] + 1) : a;
+        surv *= h < 0.999 ? h : 0.999;
+        tokens += surv;
+    }
     double t = nd->ema_round[K];
     if (t <= 0) { // not measured: a draft forward costs about its share of bytes
         const struct st_engine *eng = s->eng;
@@ -377,6 +412,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         if (nd->ema_round[K] <= 0) nd->ema_round[K] = dt;
         else nd->ema_round[K] = 0.7 * nd->ema_round[K] + 0.3 * dt;
         governor_update(s, K, m, probe);
+        depth_update(s, K, m);
     } else {
         s->st.verify_seconds += dt;
         nd->ema_ar = nd->ema_ar > 0 ? 0.7 * nd->ema_ar + 0.3 * dt : dt;
@@ -413,6 +449,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->probe_every = 32;
     s->n_window = 0;
     s->ema_accept = 0.7;
+    depth_reset(s);
     s->text_len = 0;
     double ps = s->st.prompt_seconds;
     memset(&s->st, 0, sizeof s->st);
