@@ -30,19 +30,22 @@ static void print_summary(const struct st_session_stats *st, const struct st_eng
     fprintf(stderr,
             "\n%u tokens in %.3f s: %.2f tokens/s (prompt %u tokens in %.3f s)\n"
             "rounds %u, drafted %u, accepted %u, acceptance %.3f, mean K %.2f, suspended rounds %u\n"
-            "time: draft+verify rounds %.3f s, target-only steps %.3f s, other %.3f s; commit %.0f ns/round; "
-            "workers replaced %u\n",
+            "time: draft %.3f s, verify %.3f s, other %.3f s (draft+verify rounds %.3f s, target-only steps %.3f s); "
+            "commit %.0f ns/round; workers replaced %u\n",
             st->tokens, st->seconds, tps, st->prompt_tokens, st->prompt_seconds, st->rounds, st->drafted, st->accepted,
             acc, mean_k, st->suspended_rounds, st->draft_seconds, st->verify_seconds, other > 0 ? other : 0,
-            st->commits ? st->commit_ns_sum / st->commits : 0.0, st->restarts);
+            st->round_seconds, st->target_only_seconds, st->commits ? st->commit_ns_sum / st->commits : 0.0,
+            st->restarts);
     if (json)
         fprintf(stderr,
                 "{\"tokens\": %u, \"seconds\": %.6f, \"tokens_per_second\": %.4f, \"prompt_tokens\": %u, "
                 "\"prompt_seconds\": %.6f, \"rounds\": %u, \"drafted\": %u, \"accepted\": %u, \"acceptance\": %.4f, "
-                "\"mean_k\": %.3f, \"suspended_rounds\": %u, \"round_seconds\": %.6f, \"target_only_seconds\": %.6f, "
+                "\"mean_k\": %.3f, \"suspended_rounds\": %u, \"draft_seconds\": %.6f, \"verify_seconds\": %.6f, "
+                "\"other_seconds\": %.6f, \"round_seconds\": %.6f, \"target_only_seconds\": %.6f, "
                 "\"commit_ns\": %.1f, \"workers\": %u, \"restarts\": %u, \"speculative\": %s}\n",
                 st->tokens, st->seconds, tps, st->prompt_tokens, st->prompt_seconds, st->rounds, st->drafted,
                 st->accepted, acc, mean_k, st->suspended_rounds, st->draft_seconds, st->verify_seconds,
+                other > 0 ? other : 0, st->round_seconds, st->target_only_seconds,
                 st->commits ? st->commit_ns_sum / st->commits : 0.0, st_engine_workers(eng, NULL), st->restarts,
                 spec ? "true" : "false");
 }

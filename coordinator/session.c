@@ -380,6 +380,15 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.op_bytes[j] += res.op_bytes[k];
     }
     const struct st_scratch_layout *sl = &nd->sl;
+    // The workers' own split of the step; the rest of dt (messages,
+    // acceptance, commit) is "other".  Clamped: a step that replaced a
+    // worker may leave a stale figure.
+    const uint64_t *ns = (const uint64_t *)(nd->scratch + sl->step_ns);
+    double d_s = spec ? ns[0] * 1e-9 : 0, v_s = ns[1] * 1e-9;
+    if (d_s > dt) d_s = dt;
+    if (v_s > dt - d_s) v_s = dt - d_s;
+    s->st.draft_seconds += d_s;
+    s->st.verify_seconds += v_s;
     const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
     const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);
     if (spec) { // the draft may have stopped early (draft_p_min)
@@ -408,13 +417,13 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.drafted += K;
         s->st.accepted += m;
         s->st.k_sum += K;
-        s->st.draft_seconds += dt; // fused round: draft and verify together
+        s->st.round_seconds += dt;
         if (nd->ema_round[K] <= 0) nd->ema_round[K] = dt;
         else nd->ema_round[K] = 0.7 * nd->ema_round[K] + 0.3 * dt;
         governor_update(s, K, m, probe);
         depth_update(s, K, m);
     } else {
-        s->st.verify_seconds += dt;
+        s->st.target_only_seconds += dt;
         nd->ema_ar = nd->ema_ar > 0 ? 0.7 * nd->ema_ar + 0.3 * dt : dt;
         if (s->gp.speculate) s->st.suspended_rounds++;
     }

@@ -42,7 +42,9 @@ enum st_finish {
 
 struct st_session_stats {
     uint32_t prompt_tokens, tokens, rounds, drafted, accepted, suspended_rounds;
-    double prompt_seconds, seconds, draft_seconds, verify_seconds;
+    double prompt_seconds, seconds;
+    double round_seconds, target_only_seconds; // decode time in draft+verify rounds / target-only steps
+    double draft_seconds, verify_seconds;      // time the workers spent drafting / verifying (rank 0's clock)
     double k_sum;             // sum of K over speculative rounds
     double commit_ns_sum;     // time of the committed-length stores
     uint32_t commits;

@@ -39,6 +39,7 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
     s->partial = take(&at, K1 * n_ranks * sizeof(struct st_argmax_partial));
     s->draft_tokens = take(&at, K1 * 4);
     s->draft_kept = take(&at, 4);
+    s->step_ns = take(&at, 16);
     s->draft_probs = take(&at, (uint64_t)k_max * V * 4);
     s->target_argmax = take(&at, K1 * 4);
     s->target_probs = take(&at, K1 * V * 4);

@@ -81,6 +81,7 @@ struct st_scratch_layout {
     uint64_t rank_attn;    // in a rank area: float [n_ctx]
     uint64_t draft_tokens; // uint32 [k_max + 1]
     uint64_t draft_kept;   // uint32: drafts the last draft loop kept (it may stop early)
+    uint64_t step_ns;      // uint64 [2]: the last step's draft and verify time (rank 0's clock)
     uint64_t draft_probs;  // float [k_max][n_vocab] (stochastic drafts)
     uint64_t target_argmax; // uint32 [k_max + 1]
     uint64_t target_probs; // float [k_max + 1][n_vocab] (stochastic verify)

@@ -2,6 +2,7 @@
 // autoregressive output token for token (every pico target/draft type pair,
 // short and long prompts, K 1/2/4/8/adaptive, governor on and off), and the
 // governor suspends a draft that does not agree with the target.
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,6 +91,11 @@ static void check_pair(const char *target, const char *draft)
                 fail_msg("%s + %s, %s, K<=8, draft_p_min 0.9: token %u is %d, autoregressive %d", target, draft,
                          prompts[pi], i, sp[i], ar[i]);
         early_k += st.k_sum, early_rounds += st.rounds - st.suspended_rounds;
+        // The summary's time split: the workers' draft and verify time are
+        // parts of the decode time, and rounds + target-only steps are all of it.
+        assert_true(st.draft_seconds > 0 && st.verify_seconds > 0);
+        assert_true(st.draft_seconds + st.verify_seconds <= st.seconds + 1e-9);
+        assert_true(fabs(st.round_seconds + st.target_only_seconds - st.seconds) < 1e-6);
         printf("  %-28s + %-26s %s: identical in 11 runs, acceptance %.3f; K<=8 with early stops: mean K %.2f\n",
                target + 7, draft + 7, prompts[pi], drafted ? (double)accepted / drafted : 0.0,
                st.rounds ? st.k_sum / st.rounds : 0.0);

@@ -88,6 +88,7 @@ int st_plan_build(struct st_plan *p, const void *weights, uint64_t wbytes, void 
     p->partial = (struct st_argmax_partial *)(s + sl->partial);
     p->draft_tokens = (uint32_t *)(s + sl->draft_tokens);
     p->draft_kept = (uint32_t *)(s + sl->draft_kept);
+    p->step_ns = (uint64_t *)(s + sl->step_ns);
     p->draft_probs = (float *)(s + sl->draft_probs);
     p->target_argmax = (uint32_t *)(s + sl->target_argmax);
     p->target_probs = (float *)(s + sl->target_probs);

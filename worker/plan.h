@@ -57,6 +57,7 @@ struct st_plan {
     float *x, *tmp, *q, *k, *v, *att, *g, *u, *logits;
     struct st_argmax_partial *partial;
     uint32_t *draft_tokens, *draft_kept, *target_argmax;
+    uint64_t *step_ns; // [draft, verify] nanoseconds of the last step, rank 0 writes
     float *draft_probs, *target_probs;
     // This rank's own scratch.
     float *xn;          // [m_max][widest] normalised rows

@@ -1,6 +1,7 @@
 #include "worker/step.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "kernels/kernels.h"
 #include "sampling/sampling.h"
@@ -120,9 +121,17 @@ static int verify(struct st_plan *p, const Subternary__StepCommand *c, uint32_t 
     return 0;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *aborted)
 {
     int rc;
+    uint64_t t0, t1;
     *aborted = false;
     p->barriers = 0;
     memset(p->op_seconds, 0, sizeof p->op_seconds);
@@ -131,14 +140,23 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
     switch (c->kind) {
     case SUBTERNARY__STEP_KIND__STEP_PREFILL: rc = prefill(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_DRAFT: rc = draft(p, c); break;
-    case SUBTERNARY__STEP_KIND__STEP_VERIFY: rc = verify(p, c, (uint32_t)c->n_tokens, c->tokens); break;
+    case SUBTERNARY__STEP_KIND__STEP_VERIFY:
+        t0 = mono_ns();
+        rc = verify(p, c, (uint32_t)c->n_tokens, c->tokens);
+        if (p->rank == 0) p->step_ns[0] = 0, p->step_ns[1] = mono_ns() - t0;
+        break;
     case SUBTERNARY__STEP_KIND__STEP_PING:
         rc = 0;
         for (uint32_t i = 0; i < (c->k ? c->k : 1) && !rc; i++) rc = st_plan_sync(p);
         break;
     case SUBTERNARY__STEP_KIND__STEP_ROUND:
+        // Draft then verify; the draft loop ends at a barrier, so rank 0's
+        // clock splits the round where every rank has finished drafting.
+        t0 = mono_ns();
         rc = draft(p, c);
+        t1 = mono_ns();
         if (!rc) rc = verify(p, c, *p->draft_kept, p->draft_tokens);
+        if (p->rank == 0) p->step_ns[0] = t1 - t0, p->step_ns[1] = mono_ns() - t1;
         break;
     default: rc = st_error_set(&p->err, "unknown step kind %d", c->kind);
     }
