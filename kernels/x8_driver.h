@@ -45,7 +45,7 @@ ST_INLINE struct x8_prefetch_plan x8_prefetch_plan(const uint32_t type, const in
 // another rank's chunk more often than not).
 ST_INLINE void x8_prefetch(const uint8_t *blk, size_t qb, struct x8_prefetch_plan pf, const uint8_t *end)
 {
-    if (!pf.ahead || blk + pf.ahead >= end) return;
+    if (!pf.ahead || (size_t)(end - blk) <= pf.ahead) return;
     for (size_t o = 0; o < qb; o += 64) {
         if (pf.l2) _mm_prefetch((const char *)(blk + pf.ahead + o), _MM_HINT_T1);
         else _mm_prefetch((const char *)(blk + pf.ahead + o), _MM_HINT_T0);
