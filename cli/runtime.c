@@ -51,7 +51,7 @@ int st_runtime_engine_opt(int argc, char **argv, int *i, struct st_engine_config
     if (!strcmp(o, "-d") || !strcmp(o, "--draft")) { VALUE(); ec->draft_path = v; return 1; }
     if (!strcmp(o, "--ctx")) { VALUE(); if (num(o, v, 16, 1 << 20, &x)) return -1; ec->n_ctx = (uint32_t)x; return 1; }
     if (!strcmp(o, "--slots")) { VALUE(); if (num(o, v, 1, 4096, &x)) return -1; ec->n_slots = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--k-max")) { VALUE(); if (num(o, v, 1, 32, &x)) return -1; ec->k_max = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--k-max")) { VALUE(); if (num(o, v, 1, ST_ENGINE_K_LIMIT, &x)) return -1; ec->k_max = (uint32_t)x; return 1; }
     if (!strcmp(o, "--nodes")) { VALUE(); if (num(o, v, 1, ST_ENGINE_MAX_NODES, &x)) return -1; ec->n_nodes = (uint32_t)x; return 1; }
     if (!strcmp(o, "--cpus")) { VALUE(); ec->cpus = v; return 1; }
     if (!strcmp(o, "--workers")) { VALUE(); if (num(o, v, 1, 128, &x)) return -1; ec->workers_per_node = (uint32_t)x; return 1; }

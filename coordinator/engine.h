@@ -16,6 +16,8 @@
 #include "shm/region.h"
 #include "shm/topology.h"
 
+#define ST_ENGINE_K_LIMIT 32 // largest --k-max: the per-K tables below hold 0..32
+
 #define ST_ENGINE_MAX_NODES 16
 
 struct st_engine_config {
@@ -49,7 +51,7 @@ struct st_engine_node {
     char endpoint[256];
     // Measured step costs, shared by the sessions of this node (adaptive K):
     double ema_ar;           // seconds of a target-only decode step
-    double ema_round[33];    // seconds of a round with K drafts
+    double ema_round[ST_ENGINE_K_LIMIT + 1]; // seconds of a round with K drafts
 };
 
 struct st_engine {

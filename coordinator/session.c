@@ -6,7 +6,7 @@
 #include <time.h>
 
 #define STREAM_ACCEPT 2
-#define ST_SESSION_DEPTHS 33 // draft depths 1..32 (--k-max <= 32)
+#define ST_SESSION_DEPTHS (ST_ENGINE_K_LIMIT + 1) // draft depths 1..ST_ENGINE_K_LIMIT
 
 struct st_session {
     struct st_engine *eng;

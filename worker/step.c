@@ -1,10 +1,10 @@
 #include "worker/step.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "kernels/kernels.h"
 #include "sampling/sampling.h"
+#include "shm/sync.h"
 
 // Random streams of one step's seed: draft proposals use stream 1; the
 // coordinator's acceptance uses stream 2.
@@ -121,13 +121,6 @@ static int verify(struct st_plan *p, const Subternary__StepCommand *c, uint32_t 
     return 0;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *aborted)
 {
     int rc;
@@ -141,9 +134,9 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
     case SUBTERNARY__STEP_KIND__STEP_PREFILL: rc = prefill(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_DRAFT: rc = draft(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_VERIFY:
-        t0 = mono_ns();
+        t0 = st_shm_now_ns();
         rc = verify(p, c, (uint32_t)c->n_tokens, c->tokens);
-        if (p->rank == 0) p->step_ns[0] = 0, p->step_ns[1] = mono_ns() - t0;
+        if (p->rank == 0) p->step_ns[0] = 0, p->step_ns[1] = st_shm_now_ns() - t0;
         break;
     case SUBTERNARY__STEP_KIND__STEP_PING:
         rc = 0;
@@ -152,11 +145,11 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
     case SUBTERNARY__STEP_KIND__STEP_ROUND:
         // Draft then verify; the draft loop ends at a barrier, so rank 0's
         // clock splits the round where every rank has finished drafting.
-        t0 = mono_ns();
+        t0 = st_shm_now_ns();
         rc = draft(p, c);
-        t1 = mono_ns();
+        t1 = st_shm_now_ns();
         if (!rc) rc = verify(p, c, *p->draft_kept, p->draft_tokens);
-        if (p->rank == 0) p->step_ns[0] = t1 - t0, p->step_ns[1] = mono_ns() - t1;
+        if (p->rank == 0) p->step_ns[0] = t1 - t0, p->step_ns[1] = st_shm_now_ns() - t1;
         break;
     default: rc = st_error_set(&p->err, "unknown step kind %d", c->kind);
     }
