@@ -9,6 +9,7 @@
 
 #include "coordinator/load.h"
 #include "coordinator/pool.h"
+#include "coordinator/round_cost.h"
 #include "model/layout.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
@@ -51,7 +52,7 @@ struct st_engine_node {
     char endpoint[256];
     // Measured step costs, shared by the sessions of this node (adaptive K):
     double ema_ar;           // seconds of a target-only decode step
-    double ema_round[ST_ENGINE_K_LIMIT + 1]; // seconds of a round with K drafts
+    struct st_round_cost round_cost; // seconds of a round by its K
 };
 
 struct st_engine {

@@ -204,8 +204,10 @@ static double rate(const struct st_session *s, uint32_t K)
         surv *= h < 0.999 ? h : 0.999;
         tokens += surv;
     }
-    double t = nd->ema_round[K];
-    if (t <= 0) { // not measured: a draft forward costs about its share of bytes
+    // Prior, until rounds are measured: a verified row beyond the first costs
+    // 8% of a target step, a draft forward its share of the bytes.
+    double t = st_round_cost_predict(&nd->round_cost, K, 0.08 * nd->ema_ar);
+    if (t <= 0) {
         const struct st_engine *eng = s->eng;
         double ratio = (double)eng->draft->gguf->size / (double)eng->target->gguf->size;
         t = nd->ema_ar * (1 + 0.08 * K) + K * nd->ema_ar * ratio;
@@ -418,8 +420,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.accepted += m;
         s->st.k_sum += K;
         s->st.round_seconds += dt;
-        if (nd->ema_round[K] <= 0) nd->ema_round[K] = dt;
-        else nd->ema_round[K] = 0.7 * nd->ema_round[K] + 0.3 * dt;
+        st_round_cost_add(&nd->round_cost, K, d_s, dt);
         governor_update(s, K, m, probe);
         depth_update(s, K, m);
     } else {
