@@ -86,6 +86,20 @@ static long node_free_huge_pages(int32_t node)
     return n;
 }
 
+// Free 2 MiB pages for a region bound to `node` (-1: any node), 0 when unknown.
+static long free_huge_pages(int32_t node)
+{
+    long n = node >= 0 && numa_available() >= 0 ? node_free_huge_pages(node) : -1;
+    if (n < 0) {
+        FILE *f = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+        if (f) {
+            if (fscanf(f, "%ld", &n) != 1) n = -1;
+            fclose(f);
+        }
+    }
+    return n < 0 ? 0 : n;
+}
+
 // Explicit huge pages: fails quietly (returns -1) when too few are
 // reserved, which mmap reports as ENOMEM because it reserves the pages up
 // front.  That reservation is global, but a bound region faults its pages
@@ -219,9 +233,12 @@ int st_region_create(const struct st_region_config *cfg, struct st_region **out,
             snprintf(r->huge_note, sizeof r->huge_note, "small pages (madvise: %s)",
                      strerror(errno));
         } else if (!strcmp(setting, "never") || !strcmp(setting, "deny")) {
-            snprintf(r->huge_note, sizeof r->huge_note, "small pages (%sshmem THP %s)",
-                     cfg->huge == ST_REGION_HUGE_AUTO ? "no explicit huge pages reserved, " : "",
-                     setting);
+            // Say how many explicit pages a pool would need (deploy/ has a sysctl file).
+            char pool[64] = "";
+            if (cfg->huge == ST_REGION_HUGE_AUTO)
+                snprintf(pool, sizeof pool, "%ld of %" PRIu64 " 2 MiB huge pages free, ",
+                         free_huge_pages(cfg->mem_node), (total + ST_REGION_HUGE_BYTES - 1) / ST_REGION_HUGE_BYTES);
+            snprintf(r->huge_note, sizeof r->huge_note, "small pages (%sshmem THP %s)", pool, setting);
         } else {
             r->huge = ST_REGION_HUGE_TRANSPARENT;
             snprintf(r->huge_note, sizeof r->huge_note, "transparent huge pages (shmem THP %s)",
