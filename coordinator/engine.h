@@ -17,7 +17,7 @@
 #include "shm/region.h"
 #include "shm/topology.h"
 
-#define ST_ENGINE_K_LIMIT 32 // largest --k-max: the per-K tables below hold 0..32
+#define ST_ENGINE_K_LIMIT 32 // largest --k-max: a session's per-depth acceptance table holds 1..32
 
 #define ST_ENGINE_MAX_NODES 16
 

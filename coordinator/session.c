@@ -6,6 +6,7 @@
 #include <time.h>
 
 #define STREAM_ACCEPT 2
+#define ROW_PRIOR 0.08 // a verified row beyond the first, in target steps, until measured
 #define ST_SESSION_DEPTHS (ST_ENGINE_K_LIMIT + 1) // draft depths 1..ST_ENGINE_K_LIMIT
 
 struct st_session {
@@ -205,12 +206,12 @@ static double rate(const struct st_session *s, uint32_t K)
         tokens += surv;
     }
     // Prior, until rounds are measured: a verified row beyond the first costs
-    // 8% of a target step, a draft forward its share of the bytes.
-    double t = st_round_cost_predict(&nd->round_cost, K, 0.08 * nd->ema_ar);
+    // ROW_PRIOR of a target step, a draft forward its share of the bytes.
+    double t = st_round_cost_predict(&nd->round_cost, K, ROW_PRIOR * nd->ema_ar);
     if (t <= 0) {
         const struct st_engine *eng = s->eng;
         double ratio = (double)eng->draft->gguf->size / (double)eng->target->gguf->size;
-        t = nd->ema_ar * (1 + 0.08 * K) + K * nd->ema_ar * ratio;
+        t = nd->ema_ar * (1 + ROW_PRIOR * K) + K * nd->ema_ar * ratio;
     }
     return tokens / t;
 }

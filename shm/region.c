@@ -71,12 +71,9 @@ static void shmem_thp_setting(char *buf, size_t n)
     fclose(f);
 }
 
-// Free 2 MiB pages in `node`'s pool, or -1 when unknown.
-static long node_free_huge_pages(int32_t node)
+// A number from a sysfs file, or -1 when unreadable.
+static long read_long(const char *path)
 {
-    char path[128];
-    snprintf(path, sizeof path,
-             "/sys/devices/system/node/node%d/hugepages/hugepages-2048kB/free_hugepages", node);
     FILE *f = fopen(path, "r");
     long n = -1;
     if (f) {
@@ -86,17 +83,20 @@ static long node_free_huge_pages(int32_t node)
     return n;
 }
 
+// Free 2 MiB pages in `node`'s pool, or -1 when unknown.
+static long node_free_huge_pages(int32_t node)
+{
+    char path[128];
+    snprintf(path, sizeof path,
+             "/sys/devices/system/node/node%d/hugepages/hugepages-2048kB/free_hugepages", node);
+    return read_long(path);
+}
+
 // Free 2 MiB pages for a region bound to `node` (-1: any node), 0 when unknown.
 static long free_huge_pages(int32_t node)
 {
     long n = node >= 0 && numa_available() >= 0 ? node_free_huge_pages(node) : -1;
-    if (n < 0) {
-        FILE *f = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
-        if (f) {
-            if (fscanf(f, "%ld", &n) != 1) n = -1;
-            fclose(f);
-        }
-    }
+    if (n < 0) n = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
     return n < 0 ? 0 : n;
 }
 
