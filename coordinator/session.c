@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "coordinator/governor.h"
+
 #define STREAM_ACCEPT 2
 #define ROW_PRIOR 0.08 // a verified row beyond the first, in target steps, until measured
 #define ST_SESSION_DEPTHS (ST_ENGINE_K_LIMIT + 1) // draft depths 1..ST_ENGINE_K_LIMIT
@@ -20,11 +22,7 @@ struct st_session {
     uint32_t t;               // target committed length (position of the pending token)
     uint32_t dc;              // draft committed length
     bool prefilled;
-    bool drafting;            // governor state
-    uint32_t rounds_since_probe;
-    uint32_t probe_every;     // target-only steps between probes: doubles after each failed probe
-    uint16_t win_acc[ST_GOVERNOR_WINDOW], win_k[ST_GOVERNOR_WINDOW]; // last rounds' accepted / drafted
-    uint32_t n_window;
+    struct st_governor gov;
     double ema_accept;        // per-token acceptance estimate
     // Per draft depth i (1-based): decayed counts of rounds that reached
     // depth i (the first i-1 drafts accepted, K >= i) and of those that also
@@ -111,8 +109,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     memcpy(s->tokens, prompt, n_prompt * sizeof *prompt);
     s->n_tokens = s->n_prompt = n_prompt;
     s->st.prompt_tokens = n_prompt;
-    s->drafting = s->gp.speculate;
-    s->probe_every = 32;
+    st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
     s->ema_accept = 0.7;
     depth_reset(s);
     // Place on the node with the fewest sessions.
@@ -234,36 +231,6 @@ static uint32_t choose_k(struct st_session *s, uint32_t room)
     return best;
 }
 
-// The governor: acceptance (accepted / drafted) over the last rounds.  Below
-// the threshold drafting is suspended; after 32 target-only steps one probe
-// round (K <= 2) measures the draft again, and drafting resumes if the probe
-// alone reaches the threshold.  Each failed probe doubles the wait (up to
-// 256), so a draft that never agrees costs almost nothing.
-static void governor_update(struct st_session *s, uint32_t K, uint32_t m, bool probe)
-{
-    // Per-token acceptance: m successes, then one failure unless all passed.
-    double a_hat = (double)m / (m + (m < K ? 1 : 0) + 1e-9);
-    s->ema_accept = 0.8 * s->ema_accept + 0.2 * a_hat;
-    if (probe) s->n_window = 0; // a probe starts a new window
-    s->win_acc[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)m;
-    s->win_k[s->n_window % ST_GOVERNOR_WINDOW] = (uint16_t)K;
-    s->n_window++;
-    if (!s->gp.governor) return;
-    uint32_t n = s->n_window < ST_GOVERNOR_WINDOW ? s->n_window : ST_GOVERNOR_WINDOW, acc = 0, drafted = 0;
-    for (uint32_t i = 0; i < n; i++) acc += s->win_acc[i], drafted += s->win_k[i];
-    bool pays = acc >= s->gp.governor_threshold * drafted;
-    if (probe) {
-        s->drafting = pays;
-        s->probe_every = pays ? 32 : (s->probe_every < 128 ? s->probe_every * 2 : 256);
-    } else if (!pays && ((n >= 2 && acc == 0) || n >= 4)) {
-        // Two rounds with nothing accepted are a collapse; a draft that
-        // agrees in runs can have two poor rounds by chance, so a low rate
-        // needs four rounds before drafting stops.
-        s->drafting = false;
-    }
-    if (!s->drafting) s->rounds_since_probe = 0;
-}
-
 static bool ends_with_stop(struct st_session *s)
 {
     for (uint32_t i = 0; i < s->gp.n_stop; i++) {
@@ -327,8 +294,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         return 0;
     }
     bool greedy = st_sampling_greedy(&s->gp.sampling);
-    bool probe = s->gp.speculate && !s->drafting && ++s->rounds_since_probe >= s->probe_every;
-    bool spec = s->gp.speculate && (s->drafting || probe);
+    bool probe = s->gp.speculate && st_governor_probe_due(&s->gov);
+    bool spec = s->gp.speculate && (s->gov.drafting || probe);
     // Adaptive K needs the cost of a target-only step: measure it once per node.
     if (spec && !s->gp.k && nd->ema_ar <= 0) spec = false;
     uint32_t K = spec ? choose_k(s, room) : 0;
@@ -422,7 +389,9 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.k_sum += K;
         s->st.round_seconds += dt;
         st_round_cost_add(&nd->round_cost, K, d_s, dt);
-        governor_update(s, K, m, probe);
+        // Per-token acceptance: m successes, then one failure unless all passed.
+        s->ema_accept = 0.8 * s->ema_accept + 0.2 * m / (m + (m < K ? 1 : 0) + 1e-9);
+        st_governor_update(&s->gov, K, m, probe);
         depth_update(s, K, m);
     } else {
         s->st.target_only_seconds += dt;
@@ -455,10 +424,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     if (s->gp.k > s->eng->k_max) s->gp.k = s->eng->k_max;
     s->t = base;
     s->n_tokens = s->n_prompt;
-    s->drafting = s->gp.speculate;
-    s->rounds_since_probe = 0;
-    s->probe_every = 32;
-    s->n_window = 0;
+    st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
     s->ema_accept = 0.7;
     depth_reset(s);
     s->text_len = 0;

@@ -12,7 +12,6 @@
 #include "sampling/sampling.h"
 
 #define ST_SESSION_MAX_STOPS 8
-#define ST_GOVERNOR_WINDOW 8
 
 struct st_gen_params {
     uint32_t max_tokens;
