@@ -161,15 +161,25 @@ static double now_s(void)
 // memory fails here with a clear error instead of a SIGBUS later.  With
 // transparent huge pages the allocation must go through the mapping (whose
 // advice asks for them), so those regions are populated by madvise.
+//
+// Both calls stop with EINTR when the thread has a signal to handle (or, in
+// recent kernels, task work such as io_uring's); `bench shm --model` failed
+// so once, creating a region right after a load.  Both can simply be called
+// again: the pages already allocated stay.
 static int preallocate(int fd, void *base, uint64_t total, bool transparent, struct st_error *e)
 {
+    int rc;
     if (transparent) {
-        if (madvise(base, total, MADV_POPULATE_WRITE) < 0 && errno != EINVAL) // EINVAL: kernel < 5.14
+        do rc = madvise(base, total, MADV_POPULATE_WRITE);
+        while (rc < 0 && errno == EINTR);
+        if (rc < 0 && errno != EINVAL) // EINVAL: kernel < 5.14
             return st_error_set(e, "cannot allocate %" PRIu64 " bytes of shared memory: %s", total,
                                 strerror(errno));
         return 0;
     }
-    if (fallocate(fd, 0, 0, (off_t)total) < 0) {
+    do rc = fallocate(fd, 0, 0, (off_t)total);
+    while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
         if (errno == EOPNOTSUPP || errno == ENOSYS) return 0; // pages come at first touch
         return st_error_set(e, "cannot allocate %" PRIu64 " bytes of shared memory: %s", total,
                             strerror(errno));

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,6 +281,44 @@ static void test_memory_checks(void **state)
     }
 }
 
+static volatile sig_atomic_t ticks;
+static void on_tick(int sig)
+{
+    (void)sig;
+    ticks++;
+}
+
+// A signal caught while the region's pages are allocated (fallocate and the
+// populating madvise stop with EINTR) must not fail the creation: a server
+// gets SIGCHLD, timers, io_uring task work.  A timer fires every 50 us while
+// 64 MiB regions are created.
+static void test_signals_during_allocation(void **state)
+{
+    (void)state;
+    struct sigaction sa = {.sa_handler = on_tick}; // no SA_RESTART: fallocate sees EINTR
+    struct sigaction old;
+    sigaction(SIGALRM, &sa, &old);
+    struct itimerval it = {{0, 50}, {0, 50}}, off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    const enum st_region_huge_policy policies[] = {ST_REGION_HUGE_OFF, ST_REGION_HUGE_AUTO};
+    for (int i = 0; i < 8; i++) {
+        struct st_region_config cfg = {.mem_node = -1, .huge = policies[i % 2],
+                                       .section_bytes = {[ST_REGION_WEIGHTS] = 64 * MIB}};
+        struct st_region *r = NULL;
+        struct st_error e = {{0}};
+        int rc = st_region_create(&cfg, &r, &e);
+        if (rc) {
+            setitimer(ITIMER_REAL, &off, NULL);
+            fail_msg("region %d with a timer firing: %s", i, e.msg);
+        }
+        st_region_close(&r);
+    }
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old, NULL);
+    printf("  8 regions of 64 MiB created with %d timer signals caught\n", (int)ticks);
+    assert_true(ticks > 0);
+}
+
 static void test_topology(void **state)
 {
     (void)state;
@@ -341,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_corrupt_header),
         cmocka_unit_test(test_model_identity),
         cmocka_unit_test(test_memory_checks),
+        cmocka_unit_test(test_signals_during_allocation),
         cmocka_unit_test(test_topology),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
