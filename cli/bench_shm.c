@@ -24,16 +24,18 @@ struct bench_opts {
     uint64_t iters;    // barrier rounds
     uint32_t qd;
     uint64_t io_kib;
+    bool quick;
 };
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
-    *o = (struct bench_opts){NULL, NULL, 256, 200000, 0, 0};
+    *o = (struct bench_opts){NULL, NULL, 256, 200000, 0, 0, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) { // bench all --quick: fewer barrier rounds, a smaller file
             o->iters = 20000;
             o->size_mib = 64;
+            o->quick = true;
             continue;
         }
         if (!strcmp(a, "--file") && v) o->file = v;
@@ -329,7 +331,7 @@ int st_bench_shm(int argc, char **argv)
            "(futex only)\n", spin / 1e3, ST_BARRIER_DEFAULT_SPIN_NS / 1000, futex / 1e3);
     if (rollback_latency(&e) < 0) goto fail;
     if (load_throughput(&o, &e) < 0) goto fail;
-    if (o.model && st_bench_model_load(o.model, &e) < 0) goto fail;
+    if (o.model && st_bench_model_load(o.model, o.quick, &e) < 0) goto fail;
     return 0;
 fail:
     fprintf(stderr, "bench shm: %s\n", e.msg);
