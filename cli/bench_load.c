@@ -41,12 +41,11 @@ static void target_free(struct target *t)
     st_load_plan_free(&t->plan);
 }
 
-static int load_into(struct target *t, enum st_load_mode mode, double *gbps, unsigned *cached, struct st_error *e)
+static int load_into(struct target *t, enum st_load_mode mode, double *gbps, struct st_load_stats *st,
+                     struct st_error *e)
 {
-    struct st_load_stats st;
-    if (st_load_run(t->plan, t->r, false, mode, &st, e)) return -1;
-    *gbps = st.gbps;
-    *cached = st.cached_files;
+    if (st_load_run(t->plan, t->r, false, mode, st, e)) return -1;
+    *gbps = st->gbps;
     return 0;
 }
 
@@ -77,37 +76,44 @@ static int prepare(const char *path, enum cold_state s, struct st_error *e)
     return 0;
 }
 
-enum { CAT, URING, THREADS, N_CONTENDERS };
+// The loader as a server runs it (AUTO: the probe, then the faster path),
+// and each of its two paths alone.
+enum { CAT, AUTO, URING, THREADS, N_CONTENDERS };
+static const enum st_load_mode contender_mode[N_CONTENDERS] = {0, ST_LOAD_AUTO, ST_LOAD_IO_URING, ST_LOAD_CACHED};
 
 // Rounds in rotating order, so no contender always follows the same one.
 static int cold(struct st_llama_model *m, const char *path, enum cold_state s, struct st_error *e)
 {
     static const char *names[2] = {"just freed", "handed back"};
-    double g[N_CONTENDERS], ratio[COLD_ROUNDS], ratio_thr[COLD_ROUNDS], alloc = 0;
-    unsigned cached;
+    double g[N_CONTENDERS], ratio[N_CONTENDERS][COLD_ROUNDS], alloc = 0;
+    struct st_load_stats auto_st = {0};
     for (int i = 0; i < COLD_ROUNDS; i++) {
         for (int k = 0; k < N_CONTENDERS; k++) {
             int c = (i + k) % N_CONTENDERS;
             struct target t = {0};
             if (c != CAT && target_new(m, path, &t, e)) return -1;
             int rc = prepare(path, s, e);
+            struct st_load_stats st;
             if (!rc)
-                rc = c == CAT ? st_bench_read_loop(path, NULL, 0, &g[c], e)
-                              : load_into(&t, c == URING ? ST_LOAD_AUTO : ST_LOAD_CACHED, &g[c], &cached, e);
+                rc = c == CAT ? st_bench_read_loop(path, NULL, 0, &g[c], e) : load_into(&t, contender_mode[c], &g[c], &st, e);
             if (c != CAT) alloc = t.alloc_s;
+            if (c == AUTO) auto_st = st;
             target_free(&t);
             if (rc < 0) return -1;
         }
-        ratio[i] = g[URING] / g[CAT];
-        ratio_thr[i] = g[THREADS] / g[CAT];
-        printf("  cold, %s, %d: cat %5.2f GB/s | load %5.2f GB/s (io_uring) = %.2fx | load %5.2f GB/s (threads "
-               "through the page cache) = %.2fx | region allocation %.2f s\n",
-               names[s], i + 1, g[CAT], g[URING], ratio[i], g[THREADS], ratio_thr[i], alloc);
+        for (int c = AUTO; c < N_CONTENDERS; c++) ratio[c][i] = g[c] / g[CAT];
+        char probe[96] = "no probe: a small file, all io_uring";
+        if (auto_st.probed_files)
+            snprintf(probe, sizeof probe, "probe: io_uring %.2f, threads %.2f GB/s: rest by %s", auto_st.probe_gbps[0],
+                     auto_st.probe_gbps[1], auto_st.threads_won ? "threads" : "io_uring");
+        printf("  cold, %s, %d: cat %5.2f GB/s | load %5.2f GB/s = %.2fx (%s) | io_uring alone %.2fx | threads "
+               "alone %.2fx | region allocation %.2f s\n",
+               names[s], i + 1, g[CAT], g[AUTO], ratio[AUTO][i], probe, ratio[URING][i], ratio[THREADS][i], alloc);
     }
-    qsort(ratio, COLD_ROUNDS, sizeof ratio[0], cmp_double);
-    qsort(ratio_thr, COLD_ROUNDS, sizeof ratio_thr[0], cmp_double);
-    printf("  cold, %s: median load / cat %.2fx io_uring, %.2fx threads, over %d rounds\n", names[s],
-           ratio[COLD_ROUNDS / 2], ratio_thr[COLD_ROUNDS / 2], COLD_ROUNDS);
+    for (int c = AUTO; c < N_CONTENDERS; c++) qsort(ratio[c], COLD_ROUNDS, sizeof ratio[c][0], cmp_double);
+    printf("  cold, %s: median load / cat %.2fx (io_uring alone %.2fx, threads alone %.2fx) over %d rounds\n",
+           names[s], ratio[AUTO][COLD_ROUNDS / 2], ratio[URING][COLD_ROUNDS / 2], ratio[THREADS][COLD_ROUNDS / 2],
+           COLD_ROUNDS);
     return 0;
 }
 
@@ -119,19 +125,19 @@ int st_bench_model_load(const char *path, bool quick, struct st_error *e)
     printf("model load: %s (region allocated before each load; the figure is read + repack)\n", path);
     int rc = -1;
     double cat, load;
-    unsigned cached;
     if (cold(m, path, JUST_FREED, e) || (!quick && cold(m, path, HANDED_BACK, e))) goto out;
     if (quick) printf("  cold, handed back: not run with --quick (%d s of waiting before each read)\n", HANDED_BACK_S);
     if (st_bench_read_loop(path, NULL, 0, &cat, e) < 0) goto out; // fills the cache
     if (st_bench_read_loop(path, NULL, 0, &cat, e) < 0) goto out;
     struct target t;
     if (target_new(m, path, &t, e)) goto out;
-    int lr = load_into(&t, ST_LOAD_AUTO, &load, &cached, e);
+    struct st_load_stats st;
+    int lr = load_into(&t, ST_LOAD_AUTO, &load, &st, e);
     double alloc = t.alloc_s;
     target_free(&t);
     if (lr < 0) goto out;
     printf("  warm: cat %6.2f GB/s | load %6.2f GB/s (%s) = %.2fx cat | region allocation %.2f s\n", cat, load,
-           cached ? "page-cache path" : "io_uring path", load / cat, alloc);
+           st.cached_files ? "page-cache path" : "io_uring path", load / cat, alloc);
     rc = 0;
 out:
     st_llama_close(&m);

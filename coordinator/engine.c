@@ -165,12 +165,22 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
         }
     }
     eng->huge_note = st_region_huge_note(eng->node[0].region);
-    if (!cfg->quiet)
+    if (!cfg->quiet) {
+        const struct st_load_stats *ls = &eng->load;
+        char how[160];
+        if (ls->cached_files == eng->n_models) snprintf(how, sizeof how, "page cache");
+        else if (!ls->probed_files) snprintf(how, sizeof how, "%s", ls->cached_files ? "partly cached" : "io_uring");
+        else // the last probe's figures
+            snprintf(how, sizeof how, "%s%s; probe: io_uring %.2f GB/s, threads %.2f GB/s", ls->cached_files ? "partly cached, " : "",
+                     ls->threads_won == ls->probed_files ? "threads through the page cache"
+                     : ls->threads_won                  ? "io_uring and threads"
+                                                        : "io_uring",
+                     ls->probe_gbps[0], ls->probe_gbps[1]);
         fprintf(stderr, "loaded %s%s%s: %.1f MB in %.2f s (%.2f GB/s, %s), %u node(s), %s; region allocated in %.2f s\n",
                 cfg->target_path, cfg->draft_path ? " + " : "", cfg->draft_path ? cfg->draft_path : "",
-                eng->load.file_bytes / 1e6, eng->load.seconds, eng->load.gbps,
-                eng->load.cached_files == eng->n_models ? "page cache" : eng->load.cached_files ? "partly cached" : "io_uring",
-                eng->n_nodes, eng->huge_note, st_region_alloc_seconds(eng->node[0].region));
+                ls->file_bytes / 1e6, ls->seconds, ls->gbps, how, eng->n_nodes, eng->huge_note,
+                st_region_alloc_seconds(eng->node[0].region));
+    }
     st_load_plan_free(&plan);
     for (uint32_t i = 0; i < eng->n_nodes; i++) {
         struct st_engine_node *nd = &eng->node[i];

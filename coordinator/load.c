@@ -180,8 +180,107 @@ static int small_parts(const struct st_load_plan *p, uint32_t i, uint8_t *w, str
     return rc;
 }
 
+// Model i's jobs: [*j0, *j1) (the plan lays the models out one after another).
+static void model_jobs(const struct st_load_plan *p, uint32_t i, uint32_t *j0, uint32_t *j1)
+{
+    uint32_t j = 0;
+    while (j < p->n_jobs && p->jobs[j].model != i) j++;
+    *j0 = j;
+    while (j < p->n_jobs && p->jobs[j].model == i) j++;
+    *j1 = j;
+}
+
+static uint64_t span_bytes(const struct st_load_plan *p, const struct st_load_span *sp)
+{
+    uint64_t n = sp->embd ? p->models[sp->model]->tok_embd->n_bytes : 0;
+    for (uint32_t j = sp->j0; j < sp->j1; j++) n += p->jobs[j].t->n_bytes;
+    return n;
+}
+
+// The io_uring path for a span: what is already in its run format is read
+// in place, the rest staged and repacked.
+static int uring_span(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+                      const struct st_uring_opts *uo, struct st_load_staging *sg, struct st_load_progress *pr,
+                      struct st_load_stats *stats, struct st_error *e)
+{
+    const struct st_llama_model *m = p->models[sp->model];
+    struct st_read_range *ranges = calloc(sp->j1 - sp->j0 + 1, sizeof *ranges);
+    if (!ranges) return st_error_set(e, "load: out of memory");
+    uint32_t n = 0;
+    uint64_t direct_bytes = 0;
+    if (sp->embd) {
+        ranges[n++] = (struct st_read_range){m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
+                                             w + p->dir.model[sp->model].embd_offset};
+        direct_bytes += m->tok_embd->n_bytes;
+    }
+    for (uint32_t j = sp->j0; j < sp->j1; j++) {
+        const struct job *jb = &p->jobs[j];
+        if (jb->dst->run_type != jb->dst->gguf_type) continue;
+        ranges[n++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, w + jb->dst->offset};
+        direct_bytes += jb->t->n_bytes;
+    }
+    struct st_uring_stats us;
+    double tr = st_load_now_s();
+    int rc = n ? st_uring_read(p->paths[sp->model], ranges, n, uo, &us, e) : 0;
+    free(ranges);
+    if (rc) return -1;
+    stats->read_seconds += st_load_now_s() - tr;
+    pr->base += direct_bytes;
+    return st_load_staged(p, sp, w, uo, sg, stats, e);
+}
+
+// Jobs from j0 on until at least `bytes` of tensor data (or j1).
+static uint32_t jobs_for(const struct st_load_plan *p, uint32_t j0, uint32_t j1, uint64_t bytes)
+{
+    uint64_t n = 0;
+    while (j0 < j1 && n < bytes) n += p->jobs[j0++].t->n_bytes;
+    return j0;
+}
+
+// A file the page cache does not hold, ST_LOAD_AUTO: a probe of each path,
+// then the rest by the faster (see st_load_run in load.h).  The threads go
+// first and the staging buffers are touched before io_uring's turn: either
+// way round, one probe would reuse memory the other had just freed, which a
+// VM's host still backs, and look up to 1.5x faster than it is.
+static int probe_and_load(const struct st_load_plan *p, uint32_t i, uint8_t *w, const struct st_load_opts *o,
+                          const struct st_uring_opts *uo, struct st_load_staging *sg, struct st_load_progress *pr,
+                          struct st_load_stats *stats, struct st_error *e)
+{
+    uint64_t probe = o->probe_bytes ? o->probe_bytes : ST_LOAD_PROBE_BYTES;
+    uint32_t j0, j1;
+    model_jobs(p, i, &j0, &j1);
+    uint32_t a = jobs_for(p, j0, j1, probe), b = jobs_for(p, a, j1, probe);
+    if (b == j1) { // too small to split three ways: io_uring for all of it
+        struct st_load_span all = {i, j0, j1, true};
+        return uring_span(p, &all, w, uo, sg, pr, stats, e);
+    }
+    struct st_load_span st = {i, j0, a, false}, su = {i, a, b, false}, rest = {i, b, j1, true};
+    double t0 = st_load_now_s();
+    if (st_load_resident(p, &st, w, true, pr, e)) return -1;
+    double t1 = st_load_now_s();
+    if (st_load_staging_reserve(sg, e)) return -1;
+    double t2 = st_load_now_s();
+    if (uring_span(p, &su, w, uo, sg, pr, stats, e)) return -1;
+    double t3 = st_load_now_s();
+    stats->probe_gbps[0] = span_bytes(p, &su) / (t3 - t2) / 1e9;
+    stats->probe_gbps[1] = span_bytes(p, &st) / (t1 - t0) / 1e9;
+    stats->probed_files++;
+    bool threads = o->pick == ST_LOAD_PICK_THREADS ||
+                   (o->pick == ST_LOAD_PICK_FASTER && stats->probe_gbps[1] > stats->probe_gbps[0]);
+    if (!threads) return uring_span(p, &rest, w, uo, sg, pr, stats, e);
+    stats->threads_won++;
+    return st_load_resident(p, &rest, w, true, pr, e);
+}
+
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
                 struct st_load_stats *stats, struct st_error *e)
+{
+    struct st_load_opts o = {.mode = mode, .progress = progress};
+    return st_load_run_opts(p, r, &o, stats, e);
+}
+
+int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const struct st_load_opts *o,
+                     struct st_load_stats *stats, struct st_error *e)
 {
     uint64_t wbytes;
     uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &wbytes);
@@ -198,49 +297,29 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
     uint64_t total = 0;
     for (uint32_t j = 0; j < p->n_jobs; j++) total += p->jobs[j].t->n_bytes;
     for (uint32_t i = 0; i < p->n_models; i++) total += p->models[i]->tok_embd->n_bytes;
-    struct st_load_progress pr = {progress && isatty(2), 0, total, t0};
+    struct st_load_progress pr = {o->progress && isatty(2), 0, total, t0};
     struct st_uring_opts uo = {.progress = st_load_draw, .progress_ctx = &pr};
-    struct st_uring_stats us;
-    // Embeddings and matrices already in their run format: read in place.
-    uint32_t n_direct = 0;
-    struct st_read_range *ranges = calloc(p->n_jobs + p->n_models, sizeof *ranges);
-    int rc = -1;
-    if (!ranges) {
-        st_error_set(e, "load: out of memory");
-        goto out;
-    }
-    for (uint32_t i = 0; i < p->n_models; i++) {
-        if (mode == ST_LOAD_CACHED || (mode == ST_LOAD_AUTO && st_load_is_resident(p->paths[i]))) {
-            if (st_load_resident(p, i, w, &pr, e)) goto out;
+    struct st_load_staging sg;
+    memset(&sg, 0, sizeof sg);
+    int rc = 0;
+    for (uint32_t i = 0; i < p->n_models && !rc; i++) {
+        struct st_load_span all = {i, 0, 0, true};
+        model_jobs(p, i, &all.j0, &all.j1);
+        if (o->mode == ST_LOAD_CACHED || (o->mode == ST_LOAD_AUTO && st_load_is_resident(p->paths[i]))) {
+            rc = st_load_resident(p, &all, w, false, &pr, e);
             stats->cached_files++;
-            continue;
+        } else if (o->mode == ST_LOAD_IO_URING) {
+            rc = uring_span(p, &all, w, &uo, &sg, &pr, stats, e);
+        } else {
+            rc = probe_and_load(p, i, w, o, &uo, &sg, &pr, stats, e);
         }
-        uint64_t direct_bytes = 0;
-        n_direct = 0;
-        const struct st_llama_model *m = p->models[i];
-        ranges[n_direct++] = (struct st_read_range){m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
-                                                    w + dir->model[i].embd_offset};
-        direct_bytes += m->tok_embd->n_bytes;
-        for (uint32_t j = 0; j < p->n_jobs; j++) {
-            const struct job *jb = &p->jobs[j];
-            if (jb->model != i || jb->dst->run_type != jb->dst->gguf_type) continue;
-            ranges[n_direct++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, w + jb->dst->offset};
-            direct_bytes += jb->t->n_bytes;
-        }
-        double tr = st_load_now_s();
-        if (st_uring_read(p->paths[i], ranges, n_direct, &uo, &us, e)) goto out;
-        stats->read_seconds += st_load_now_s() - tr;
-        pr.base += direct_bytes;
-        // Matrices to repack: staged in batches, read, then repacked.
-        if (st_load_staged(p, i, w, &uo, stats, e)) goto out;
     }
+    st_load_staging_free(&sg);
+    if (rc) return -1;
     stats->file_bytes = total;
     stats->region_bytes = p->bytes;
     stats->seconds = st_load_now_s() - t0;
     stats->gbps = total / stats->seconds / 1e9;
     if (pr.on) fprintf(stderr, "\n");
-    rc = 0;
-out:
-    free(ranges);
-    return rc;
+    return 0;
 }

@@ -4,7 +4,8 @@
 // aligned); those whose run format differs from the file's layout are read
 // into a staging buffer and repacked.  A file the page cache already holds
 // is copied out by threads on every CPU instead, piece by piece through L2
-// (coordinator/load_resident.c).
+// (coordinator/load_resident.c); a file it does not hold goes whichever of
+// the two ways a probe finds faster (st_load_run).
 #ifndef ST_COORDINATOR_LOAD_H
 #define ST_COORDINATOR_LOAD_H
 
@@ -24,6 +25,9 @@ struct st_load_stats {
     double gbps;           // file_bytes / seconds
     double read_seconds;   // of which in io_uring reads
     uint32_t cached_files; // files found in the page cache, copied out by every CPU
+    uint32_t probed_files; // cold files read both ways first (ST_LOAD_AUTO)
+    uint32_t threads_won;  // of those, files whose rest went through the page cache
+    double probe_gbps[2];  // the last probe's rates: io_uring, threads
 };
 
 // Lays out the models (target first, then the draft if any); *bytes is the
@@ -38,11 +42,32 @@ enum st_load_mode {
     ST_LOAD_AUTO = 0,   // per file: the page-cache path when it is cached, else io_uring
     ST_LOAD_IO_URING,   // always io_uring (O_DIRECT where aligned)
     ST_LOAD_CACHED,     // always threads copying out of the page cache
+    ST_LOAD_PROBE,      // always what AUTO does with an uncached file: probe both, then the faster
 };
 
 // Fills the weights section of a region created with at least that size
 // (mapped writable by its creator).  progress: draw a bar on stderr.
+//
+// ST_LOAD_AUTO reads a file the page cache does not hold both ways first:
+// about probe_bytes of its matrices with threads through the page cache
+// (dropping the pages behind them), as many with io_uring, and the rest the
+// way that was faster.  On a real disk O_DIRECT should win; on our test VM
+// the threads do, by 1.5-2x (README, "Loading").
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
                 struct st_load_stats *stats, struct st_error *e);
+
+#define ST_LOAD_PROBE_BYTES (UINT64_C(128) << 20)
+
+enum st_load_pick { ST_LOAD_PICK_FASTER = 0, ST_LOAD_PICK_URING, ST_LOAD_PICK_THREADS };
+
+struct st_load_opts {
+    enum st_load_mode mode;
+    bool progress;
+    uint64_t probe_bytes;      // 0: ST_LOAD_PROBE_BYTES
+    enum st_load_pick pick;    // after the probe (tests force either way)
+};
+
+int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const struct st_load_opts *o,
+                     struct st_load_stats *stats, struct st_error *e);
 
 #endif

@@ -38,18 +38,43 @@ void st_load_draw(void *pr, uint64_t done, uint64_t total);
 // Reads len bytes at off of the file fd (named path in errors), whole or an error.
 int st_load_pread(int fd, const char *path, void *dst, uint64_t off, uint64_t len, struct st_error *e);
 
+// The part of a model's load one path takes: jobs [j0, j1) of the plan (all
+// of model `model`) and, if embd, the model's token embeddings.
+struct st_load_span {
+    uint32_t model, j0, j1;
+    bool embd;
+};
+
 // Whether a file is cached well enough for st_load_resident to beat io_uring.
 bool st_load_is_resident(const char *path);
-// Loads model `model` of the plan from a file the page cache holds: threads
-// on every CPU copy L2-sized pieces out of the cache and repack them straight
-// into the weights section w.
-int st_load_resident(const struct st_load_plan *p, uint32_t model, uint8_t *w, struct st_load_progress *pr,
-                     struct st_error *e);
+// Loads a span through the page cache (cached or not): threads on every
+// CPU read L2-sized pieces and repack them straight into the weights section
+// w.  drop_behind: each piece's pages leave the cache once repacked, so a
+// cold load reuses the same few pages instead of filling the cache with a
+// second copy of the weights (on a VM whose host takes freed memory back,
+// fresh pages cost the host's work: l3b read at 0.65 GB/s, 2.5 with drop-behind).
+int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w, bool drop_behind,
+                     struct st_load_progress *pr, struct st_error *e);
 
-// Reads model `model`'s matrices that need repacking with io_uring into
+#define ST_LOAD_STAGES 3 // batches in flight, each with its own staging buffer
+
+// The staging buffers, kept from one st_load_staged call to the next: fresh
+// memory costs a page fault per page, and on a VM whose host took freed
+// memory back, the host's work too (0.6 GB/s here).
+struct st_load_staging {
+    uint8_t *buf[ST_LOAD_STAGES];
+    uint64_t cap[ST_LOAD_STAGES];
+};
+
+// Allocates and touches every buffer at the batch size (before a timed part).
+int st_load_staging_reserve(struct st_load_staging *sg, struct st_error *e);
+void st_load_staging_free(struct st_load_staging *sg);
+
+// Reads the span's matrices that need repacking with io_uring into the
 // staging buffers and repacks them into w, one batch repacking while the
 // next is read.  uo->progress_ctx is the st_load_progress.
-int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, const struct st_uring_opts *uo,
-                   struct st_load_stats *stats, struct st_error *e);
+int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+                   const struct st_uring_opts *uo, struct st_load_staging *sg, struct st_load_stats *stats,
+                   struct st_error *e);
 
 #endif

@@ -10,12 +10,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
 
 #define BATCH_BYTES (UINT64_C(64) << 20) // per staging buffer (a larger tensor gets its own)
-#define STAGES 3                         // batches in flight, each with its own buffer
+#define STAGES ST_LOAD_STAGES
 #define MAX_PARTS 8
 
 // What the tasks of one st_load_staged call share.
@@ -29,8 +30,8 @@ struct shared {
 struct stage {
     const struct st_load_plan *p;
     struct shared *sh;
-    uint8_t *w, *buf;
-    uint64_t cap;
+    uint8_t *w, **buf; // the staging's buffer and capacity of this stage
+    uint64_t *cap;
     uint32_t a, b;         // jobs [a, b) of the batch
     const void **src;      // [b - a] staged tensor, NULL if not in the batch
     struct st_read_range *sr;
@@ -132,15 +133,41 @@ static bool needs_repack(const struct job *jb, uint32_t model)
 // position in its page, so O_DIRECT can read it.
 static uint64_t room(const struct job *jb) { return (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096; }
 
-int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, const struct st_uring_opts *uo,
-                   struct st_load_stats *stats, struct st_error *e)
+int st_load_staging_reserve(struct st_load_staging *sg, struct st_error *e)
 {
+    for (int k = 0; k < STAGES; k++) {
+        if (sg->cap[k] >= BATCH_BYTES) continue;
+        free(sg->buf[k]);
+        if (!(sg->buf[k] = aligned_alloc(4096, BATCH_BYTES))) {
+            sg->cap[k] = 0;
+            return st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)BATCH_BYTES);
+        }
+        sg->cap[k] = BATCH_BYTES;
+        memset(sg->buf[k], 0, BATCH_BYTES);
+    }
+    return 0;
+}
+
+void st_load_staging_free(struct st_load_staging *sg)
+{
+    for (int k = 0; k < STAGES; k++) {
+        free(sg->buf[k]);
+        sg->buf[k] = NULL;
+        sg->cap[k] = 0;
+    }
+}
+
+int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+                   const struct st_uring_opts *uo, struct st_load_staging *stg, struct st_load_stats *stats,
+                   struct st_error *e)
+{
+    uint32_t model = sp->model;
     struct shared sh = {.path = p->paths[model], .pr = uo->progress_ctx};
     pthread_mutex_init(&sh.draw, NULL);
     struct stage sg[STAGES];
     int rc = -1;
     for (int k = 0; k < STAGES; k++) {
-        sg[k] = (struct stage){.p = p, .sh = &sh, .w = w, .uo = *uo};
+        sg[k] = (struct stage){.p = p, .sh = &sh, .w = w, .buf = &stg->buf[k], .cap = &stg->cap[k], .uo = *uo};
         sg[k].uo.progress = NULL; // drawn per batch: the tasks' reads overlap
     }
     for (int k = 0; k < STAGES; k++) {
@@ -151,11 +178,11 @@ int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, con
             goto out;
         }
     }
-    uint32_t a = 0;
-    for (int k = 0; a < p->n_jobs; k = (k + 1) % STAGES) {
+    uint32_t a = sp->j0;
+    for (int k = 0; a < sp->j1; k = (k + 1) % STAGES) {
         uint64_t staged = 0;
         uint32_t b = a;
-        for (; b < p->n_jobs; b++) {
+        for (; b < sp->j1; b++) {
             if (!needs_repack(&p->jobs[b], model)) continue;
             if (staged && staged + room(&p->jobs[b]) > BATCH_BYTES) break;
             staged += room(&p->jobs[b]);
@@ -163,11 +190,11 @@ int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, con
         if (!staged) break;
         struct stage *st = &sg[k];
         if (finish(st, stats, e)) goto out; // its previous batch must be repacked before the buffer is reused
-        if (st->cap < staged) {
-            free(st->buf);
-            st->cap = staged > BATCH_BYTES ? staged : BATCH_BYTES;
-            if (!(st->buf = aligned_alloc(4096, st->cap))) {
-                st->cap = 0;
+        if (*st->cap < staged) {
+            free(*st->buf);
+            *st->cap = staged > BATCH_BYTES ? staged : BATCH_BYTES;
+            if (!(*st->buf = aligned_alloc(4096, *st->cap))) {
+                *st->cap = 0;
                 st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)staged);
                 goto out;
             }
@@ -178,7 +205,7 @@ int st_load_staged(const struct st_load_plan *p, uint32_t model, uint8_t *w, con
             const struct job *jb = &p->jobs[j];
             st->src[j - a] = NULL;
             if (!needs_repack(jb, model)) continue;
-            uint8_t *at = st->buf + off + jb->file_offset % 4096;
+            uint8_t *at = *st->buf + off + jb->file_offset % 4096;
             st->src[j - a] = at;
             st->sr[st->ns++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, at};
             off += room(jb);
@@ -206,7 +233,6 @@ out:
             *e = e2;
             rc = -1;
         }
-        free(sg[k].buf);
         free(sg[k].src);
         free(sg[k].sr);
     }

@@ -1,7 +1,8 @@
-// Model loading into a region: the io_uring path and the page-cache path
-// must write the same bytes, for every pico type pair (repacked run formats,
-// matrices read in place, norms, the directory); a file cut short is a clear
-// error on both paths.
+// Model loading into a region: the io_uring path, the page-cache path and
+// the probe (part of a file each way, then the rest either way) must write
+// the same bytes, for every pico type pair (repacked run formats, matrices
+// read in place, norms, the directory); a file cut short is a clear error on
+// every path.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,9 +18,9 @@
 #include "kernels/kernels.h"
 #include "tests/support/test_support.h"
 
-// Loads target (+ draft) with `mode` into a fresh region; returns a copy of
-// the weights section (*bytes long).
-static uint8_t *load_copy(const char *target, const char *draft, enum st_load_mode mode, uint64_t *bytes,
+// Loads target (+ draft) with options o into a fresh region; returns a copy
+// of the weights section (*bytes long).
+static uint8_t *load_copy(const char *target, const char *draft, const struct st_load_opts *o, uint64_t *bytes,
                           struct st_error *e)
 {
     struct st_llama_model *models[2] = {NULL, NULL};
@@ -36,8 +37,13 @@ static uint8_t *load_copy(const char *target, const char *draft, enum st_load_mo
     rc.section_bytes[ST_REGION_WEIGHTS] = wbytes;
     if (st_region_create(&rc, &r, e)) goto out;
     struct st_load_stats st;
-    if (st_load_run(plan, r, false, mode, &st, e)) goto out;
-    assert_int_equal(st.cached_files, mode == ST_LOAD_CACHED ? n : 0);
+    if (st_load_run_opts(plan, r, o, &st, e)) goto out;
+    assert_int_equal(st.cached_files, o->mode == ST_LOAD_CACHED ? n : 0);
+    if (o->mode == ST_LOAD_PROBE) { // every pico file is large enough to split at a 64 KiB probe
+        assert_int_equal(st.probed_files, n);
+        assert_int_equal(st.threads_won, o->pick == ST_LOAD_PICK_THREADS ? n : o->pick == ST_LOAD_PICK_URING ? 0 : st.threads_won);
+        assert_true(st.probe_gbps[0] > 0 && st.probe_gbps[1] > 0);
+    }
     assert_true(st.file_bytes > 0 && st.gbps > 0);
     uint64_t sb;
     const uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &sb);
@@ -59,16 +65,25 @@ static void check_pair(const char *target_rel, const char *draft_rel)
     if (draft_rel) st_test_shared(draft_rel, d, sizeof d);
     struct st_error e = {{0}};
     uint64_t na = 0, nb = 0;
-    uint8_t *a = load_copy(t, draft_rel ? d : NULL, ST_LOAD_IO_URING, &na, &e);
+    struct st_load_opts ref = {.mode = ST_LOAD_IO_URING};
+    uint8_t *a = load_copy(t, draft_rel ? d : NULL, &ref, &na, &e);
     if (!a) fail_msg("io_uring load of %s: %s", target_rel, e.msg);
-    uint8_t *b = load_copy(t, draft_rel ? d : NULL, ST_LOAD_CACHED, &nb, &e);
-    if (!b) fail_msg("cached load of %s: %s", target_rel, e.msg);
-    assert_int_equal(na, nb);
-    for (uint64_t i = 0; i < na; i++)
-        if (a[i] != b[i]) fail_msg("%s + %s: byte %llu differs between the two load paths", target_rel,
-                                   draft_rel ? draft_rel : "-", (unsigned long long)i);
+    const struct st_load_opts others[] = {
+        {.mode = ST_LOAD_CACHED},
+        {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_URING},
+        {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_THREADS},
+        {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_FASTER},
+    };
+    for (size_t k = 0; k < sizeof others / sizeof others[0]; k++) {
+        uint8_t *b = load_copy(t, draft_rel ? d : NULL, &others[k], &nb, &e);
+        if (!b) fail_msg("load %zu of %s: %s", k, target_rel, e.msg);
+        assert_int_equal(na, nb);
+        for (uint64_t i = 0; i < na; i++)
+            if (a[i] != b[i]) fail_msg("%s + %s: byte %llu differs between io_uring and load %zu", target_rel,
+                                       draft_rel ? draft_rel : "-", (unsigned long long)i, k);
+        free(b);
+    }
     free(a);
-    free(b);
 }
 
 static void test_paths_agree(void **state)
@@ -105,8 +120,8 @@ static void test_truncated(void **state)
     assert_int_equal(st_load_plan_new(&m, paths, 1, &plan, &wbytes, &e), 0);
     // The plan was made from the whole file; now the file loses its tail.
     assert_int_equal(truncate(cut, (off_t)(m->gguf->data_offset + 4096)), 0);
-    enum st_load_mode modes[2] = {ST_LOAD_IO_URING, ST_LOAD_CACHED};
-    for (int k = 0; k < 2; k++) {
+    enum st_load_mode modes[3] = {ST_LOAD_IO_URING, ST_LOAD_CACHED, ST_LOAD_PROBE};
+    for (int k = 0; k < 3; k++) {
         struct st_region_config rc = {.name = "test-load", .mem_node = -1, .huge = ST_REGION_HUGE_OFF};
         rc.section_bytes[ST_REGION_WEIGHTS] = wbytes;
         struct st_region *r = NULL;
