@@ -52,7 +52,7 @@ enum st_load_mode {
 // about probe_bytes of its matrices with threads through the page cache
 // (dropping the pages behind them), as many with io_uring, and the rest the
 // way that was faster.  On a real disk O_DIRECT should win; on our test VM
-// the threads do, by 1.5-2x (README, "Loading").
+// either can, depending on the state of its memory (README, "Loading").
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
                 struct st_load_stats *stats, struct st_error *e);
 

@@ -37,21 +37,14 @@ static double now_s(void)
 
 // A cached part is cheaper to copy out of the page cache than to read from
 // the device again, so AUTO reads it buffered: pieces with at least half of
-// their pages resident become buffered.
-static void demote_cached(struct reader *r, uint64_t file_bytes)
+// their pages resident become buffered.  Each piece is asked about on its
+// own: the whole file, once per call, cost more than the batch's reads.
+static void demote_cached(struct reader *r)
 {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), n_pages;
-    unsigned char *vec = st_page_cache_pages(r->fd, file_bytes, &n_pages);
-    if (!vec) return; // residency unknown: keep O_DIRECT
     for (uint64_t i = 0; i < r->n_pieces; i++) {
         struct st_uring_piece *p = &r->pieces[i];
-        if (!p->direct) continue;
-        uint64_t first = p->offset / page;
-        uint64_t last = (p->offset + p->length - 1) / page, resident = 0;
-        for (uint64_t pg = first; pg <= last; pg++) resident += vec[pg] & 1;
-        if (resident * 2 >= last - first + 1) p->direct = false;
+        if (p->direct && st_page_cache_fraction(r->fd, p->offset, p->length) >= 0.5) p->direct = false;
     }
-    free(vec);
 }
 
 static bool aligned(const struct st_uring_piece *p)
@@ -197,7 +190,7 @@ int st_uring_read(const char *path, const struct st_read_range *ranges, uint64_t
     }
     if (st_uring_plan(ranges, n_ranges, io_bytes, r.dfd >= 0, &r.pieces, &r.n_pieces, e) < 0)
         goto fail;
-    if (mode == ST_URING_AUTO && r.dfd >= 0 && file_bytes > 0) demote_cached(&r, file_bytes);
+    if (mode == ST_URING_AUTO && r.dfd >= 0) demote_cached(&r);
 
     int ret = io_uring_queue_init(qd, &r.ring, 0);
     if (ret < 0) {

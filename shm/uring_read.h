@@ -57,9 +57,9 @@ int st_uring_read(const char *path, const struct st_read_range *ranges, uint64_t
                   const struct st_uring_opts *opts, struct st_uring_stats *stats,
                   struct st_error *e);
 
-// One byte per page of the file's first `bytes` (bit 0: in the page cache),
-// *n_pages of them, malloc'd; NULL when unknown (or bytes is 0).
-unsigned char *st_page_cache_pages(int fd, uint64_t bytes, uint64_t *n_pages);
+// Fraction of the pages of [off, off + len) of the file in the page cache,
+// -1 when unknown (or len is 0).
+double st_page_cache_fraction(int fd, uint64_t off, uint64_t len);
 // Fraction of the file's pages in the page cache, -1 when unknown.
 double st_page_cache_resident(const char *path);
 

@@ -269,6 +269,40 @@ static void test_errors(void **state)
     assert_memory_equal(buf, ref + FILE_BYTES - 10, 10);
 }
 
+// The page cache's share of a range: none after a drop, all of a range just
+// read, none beyond it; AUTO reads the cached half buffered, the rest direct.
+static void test_residency(void **state)
+{
+    (void)state;
+    drop_cache(path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    double f0 = st_page_cache_fraction(fd, 0, FILE_BYTES);
+    const uint64_t half = 32u << 20;
+    uint8_t *buf = aligned_buf(half);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); // no readahead past the read
+    assert_int_equal(pread(fd, buf, half, 0), (ssize_t)half);
+    double f_read = st_page_cache_fraction(fd, 4096, half - 8192), f_rest = st_page_cache_fraction(fd, half + 4096, 1 << 20);
+    double f_all = st_page_cache_resident(path);
+    printf("  cached after a drop %.3f; of a range read %.3f, beyond it %.3f, whole file %.3f\n", f0, f_read, f_rest, f_all);
+    assert_true(f0 >= 0 && f0 < 0.05);
+    assert_true(f_read > 0.99);
+    assert_true(f_rest < 0.05);
+    assert_true(f_all > 0.45 && f_all < 0.55);
+    assert_true(st_page_cache_fraction(fd, 0, 0) < 0);
+    close(fd);
+    uint8_t *dst = aligned_buf(FILE_BYTES);
+    struct st_read_range r = {0, FILE_BYTES, dst};
+    struct st_uring_stats st;
+    struct st_error e;
+    if (st_uring_read(path, &r, 1, NULL, &st, &e) < 0) fail_msg("%s", e.msg);
+    assert_memory_equal(dst, ref, FILE_BYTES);
+    printf("  AUTO read %" PRIu64 " of %" PRIu64 " bytes direct\n", st.direct_bytes, (uint64_t)FILE_BYTES);
+    if (st.direct_available) assert_true(st.direct_bytes >= FILE_BYTES - half - (4u << 20) && st.direct_bytes <= FILE_BYTES - half + (4u << 20));
+    free(buf);
+    free(dst);
+}
+
 // tmpfs: O_DIRECT is refused on older kernels and accepted on newer ones;
 // either way the bytes must come back.
 static void test_tmpfs(void **state)
@@ -305,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_odd_ranges),
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_residency),
         cmocka_unit_test(test_tmpfs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
