@@ -12,7 +12,7 @@ void st_governor_update(struct st_governor *g, uint32_t K, uint32_t m, bool prob
 {
     if (probe) g->n = 0; // a probe starts a new window
     g->acc[g->n % ST_GOVERNOR_WINDOW] = (uint16_t)m;
-    g->examined[g->n % ST_GOVERNOR_WINDOW] = (uint16_t)(m + (m < K ? 1 : 0));
+    g->examined[g->n % ST_GOVERNOR_WINDOW] = (uint16_t)st_drafts_examined(K, m);
     g->n++;
     if (!g->on) return;
     uint32_t n = g->n < ST_GOVERNOR_WINDOW ? g->n : ST_GOVERNOR_WINDOW, acc = 0, examined = 0;

@@ -102,12 +102,17 @@ static void fail(struct loader *L, const struct st_error *e)
 // steps, 3.5 GB/s.
 #define DROP_UNIT (UINT64_C(2) << 20)
 
-static void drop_behind(struct loader *L, uint64_t offset)
+// Drops [dropped_to, to) unless another thread already moved dropped_to.
+static void drop_until(struct loader *L, uint64_t to)
 {
-    if (offset < L->drop_lag) return;
-    uint64_t to = (offset - L->drop_lag) / DROP_UNIT * DROP_UNIT, from = atomic_load(&L->dropped_to);
+    uint64_t from = atomic_load(&L->dropped_to);
     if (to > from && atomic_compare_exchange_strong(&L->dropped_to, &from, to))
         posix_fadvise(L->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_DONTNEED);
+}
+
+static void drop_behind(struct loader *L, uint64_t offset)
+{
+    if (offset >= L->drop_lag) drop_until(L, (offset - L->drop_lag) / DROP_UNIT * DROP_UNIT);
 }
 
 static int by_offset(const void *a, const void *b)
@@ -167,7 +172,6 @@ int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp
         goto oom;
     for (uint32_t j = sp->j0; j < sp->j1; j++) {
         const struct job *jb = &p->jobs[j];
-        if (jb->model != sp->model) continue;
         int r = jb->dst->run_type == jb->dst->gguf_type ? add_copy(&L, &cap, jb->file_offset, jb->t->n_bytes, w + jb->dst->offset)
                                                          : add_rows(&L, &cap, jb);
         if (r) goto oom;
@@ -185,8 +189,7 @@ int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp
     for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
     if (drop_behind && L.n_pieces) {
         const struct piece *last = &L.pieces[L.n_pieces - 1];
-        uint64_t from = atomic_load(&L.dropped_to);
-        posix_fadvise(L.fd, (off_t)from, (off_t)(last->file_offset + last->length - from), POSIX_FADV_DONTNEED);
+        drop_until(&L, last->file_offset + last->length);
     }
     pr->base += atomic_load(&L.done_bytes);
     if (atomic_load(&L.failed)) {

@@ -389,8 +389,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.k_sum += K;
         s->st.round_seconds += dt;
         st_round_cost_add(&nd->round_cost, K, d_s, dt);
-        // Per-token acceptance: m successes, then one failure unless all passed.
-        s->ema_accept = 0.8 * s->ema_accept + 0.2 * m / (m + (m < K ? 1 : 0) + 1e-9);
+        // Per-token acceptance: m successes of the drafts examined.
+        s->ema_accept = 0.8 * s->ema_accept + 0.2 * m / (st_drafts_examined(K, m) + 1e-9);
         st_governor_update(&s->gov, K, m, probe);
         depth_update(s, K, m);
     } else {

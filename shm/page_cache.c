@@ -7,7 +7,6 @@
 // So a range is asked about, and mincore is only the fallback.
 #include "shm/uring_read.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
