@@ -77,6 +77,8 @@ void st_kern_mm_by_dot(st_kern_dot_fn dot, const struct st_kern_weight *w, const
 
 // Q8_0 rows8[8][src_row] -> one q8_0x8 row group g of nb blocks (x86-64, AVX2).
 void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g);
+// Q4_0 rows8[8][src_row] -> one q4_0x8 row group g of nb blocks (x86-64, AVX2).
+void st_kern_repack_q4_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g);
 
 // Table builders, one per level (the SIMD ones exist only on x86-64).
 void st_kern_ops_fill_scalar(struct st_kern_ops *ops);

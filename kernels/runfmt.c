@@ -301,8 +301,11 @@ static bool repack_group_copy(uint32_t gguf_type, uint32_t run_type, const uint8
     else
         return false;
 #if defined(__x86_64__)
-    if (sb == sizeof(struct st_block_q8_0) && st_kern_cpu.avx2) {
-        st_kern_repack_q8_0x8_group_avx2(rows8, src_row, nb, g);
+    if (st_kern_cpu.level >= ST_KERN_LEVEL_AVX2) {
+        if (sb == sizeof(struct st_block_q8_0))
+            st_kern_repack_q8_0x8_group_avx2(rows8, src_row, nb, g);
+        else
+            st_kern_repack_q4_0x8_group_avx2(rows8, src_row, nb, g);
         return true;
     }
 #endif

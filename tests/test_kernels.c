@@ -229,6 +229,13 @@ static void test_repack_exact(void **state)
                     r1 = r0;
                 }
                 assert_memory_equal(p, t.run, sz);
+                // The scalar reference writes the same bytes as the SIMD repack.
+                assert_int_equal(st_kern_set_level(ST_KERN_LEVEL_SCALAR), 0);
+                memset(p, 0x5a, sz);
+                if (st_kern_repack(FORMATS[f].src, rows, cols, FORMATS[f].run, t.src, 0, rows, p, sz, &e))
+                    fail_msg("%s", e.msg);
+                st_kern_set_level(st_kern_cpu.best);
+                assert_memory_equal(p, t.run, sz);
                 free(p);
                 free(a);
                 free(b);
