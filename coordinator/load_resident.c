@@ -5,7 +5,10 @@
 // large staging buffer makes that two trips through memory (cache to
 // staging, staging to region) one after the other; here each CPU copies a
 // piece small enough to stay in its L2 and repacks it into the region at
-// once, so the weights cross memory once, on every core.
+// once, so the weights cross memory once, on every core.  From a cached file
+// the CPUs repack straight out of a shared mapping of it, without the copy
+// to a buffer (l3b warm 11-12 GB/s against 9.4 through pread, `cat` 8); a
+// cold file is read with pread, whose readahead and drop-behind suit it.
 #include "coordinator/load_internal.h"
 
 #include <errno.h>
@@ -14,7 +17,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 // Linux 5.14
+#endif
 
 #include "kernels/kernels.h"
 #include "shm/uring_read.h"
@@ -36,6 +45,8 @@ struct piece {
 struct loader {
     const char *path;
     int fd;
+    const uint8_t *map; // the whole file, for a cached one; else NULL
+    uint64_t map_len;
     uint8_t *w;
     struct piece *pieces;
     uint64_t n_pieces, buf_bytes;
@@ -121,6 +132,32 @@ static int by_offset(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+// Maps the pages of [off, off + len) of the mapped file before the repack
+// reads them, so that a file cut short since its plan was made is a clear
+// error here rather than a SIGBUS there (only a truncation between the two
+// calls can still raise one).
+static int populate(const struct loader *L, uint64_t off, uint64_t len, struct st_error *e)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page;
+    while (madvise((void *)(L->map + a), off + len - a, MADV_POPULATE_READ)) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL) return 0; // older kernel: the repack's faults map them
+        if (errno == EFAULT)
+            return st_error_set(e, "read(%s, offset %llu): unexpected end of file (was it truncated?)", L->path,
+                                (unsigned long long)off);
+        return st_error_set(e, "read(%s, offset %llu): %s", L->path, (unsigned long long)off, strerror(errno));
+    }
+    return 0;
+}
+
+// The bytes of a piece to repack: in the mapping, or read into buf.
+static const uint8_t *piece_source(const struct loader *L, const struct piece *pc, uint8_t *buf, struct st_error *e)
+{
+    if (L->map && pc->file_offset + pc->length <= L->map_len)
+        return populate(L, pc->file_offset, pc->length, e) ? NULL : L->map + pc->file_offset;
+    return st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, e) ? NULL : buf;
+}
+
 static void *worker(void *v)
 {
     struct loader *L = v;
@@ -140,10 +177,10 @@ static void *worker(void *v)
             rc = st_load_pread(L->fd, L->path, pc->dst, pc->file_offset, pc->length, &e);
         } else {
             const struct st_layout_mat *m = pc->jb->dst;
-            rc = st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, &e);
-            if (!rc)
-                rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, buf, pc->r0, pc->r1, L->w + m->offset,
-                                    m->bytes, &e);
+            const uint8_t *src = piece_source(L, pc, buf, &e);
+            rc = src ? st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src, pc->r0, pc->r1,
+                                      L->w + m->offset, m->bytes, &e)
+                     : -1;
         }
         if (rc) {
             fail(L, &e);
@@ -167,6 +204,14 @@ int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp
     int rc = -1;
     L.fd = open(L.path, O_RDONLY | O_CLOEXEC);
     if (L.fd < 0) return st_error_set(e, "open(%s): %s", L.path, strerror(errno));
+    struct stat sb;
+    if (!drop_behind && !fstat(L.fd, &sb) && sb.st_size > 0) {
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, L.fd, 0);
+        if (map != MAP_FAILED) { // else pread, as for a cold file
+            L.map = map;
+            L.map_len = (uint64_t)sb.st_size;
+        }
+    }
     if (sp->embd && add_copy(&L, &cap, m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
                              w + p->dir.model[sp->model].embd_offset))
         goto oom;
@@ -202,6 +247,7 @@ oom:
     st_error_set(e, "load: out of memory");
 out:
     free(L.pieces);
+    if (L.map) munmap((void *)L.map, L.map_len);
     close(L.fd);
     return rc;
 }
