@@ -8,6 +8,25 @@
 #if defined(__x86_64__)
 #include "kernels/simd_x86.h"
 
+// Stores one repacked block: nv quant vectors and the 8 rows' scales (dv).
+// Streaming stores, in address order, where aligned: the weights are not
+// read again here, and skipping the read-for-ownership halves the memory
+// traffic.  The scales go the same way (one 16-byte store a block, where 8
+// two-byte stores each read their line first).
+ST_INLINE void store_block(uint8_t *qdst, const __m256i *o, const int nv, uint8_t *sdst, __m128i dv, bool aligned)
+{
+    __m256i *out = (__m256i *)qdst;
+    if (aligned) {
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) _mm256_stream_si256(out + v, o[v]);
+        _mm_stream_si128((__m128i *)sdst, dv);
+    } else {
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) _mm256_storeu_si256(out + v, o[v]);
+        _mm_storeu_si128((__m128i *)sdst, dv);
+    }
+}
+
 void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g)
 {
     const size_t sb = sizeof(struct st_block_q8_0), qb = 256;
@@ -41,21 +60,7 @@ void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int6
             o[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
             o[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
         }
-        __m256i *out = (__m256i *)(g + (size_t)b * qb);
-        __m128i dv = _mm_set_epi64x((long long)d[1], (long long)d[0]);
-        // Streaming stores, in address order: the weights are not read again
-        // here, and skipping the read-for-ownership halves the memory
-        // traffic.  The scales go the same way (one 16-byte store a block,
-        // where 8 two-byte stores each read their line first).
-        if (aligned) {
-#pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) _mm256_stream_si256(out + v, o[v]);
-            _mm_stream_si128((__m128i *)(scales + 16 * b), dv);
-        } else {
-#pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) _mm256_storeu_si256(out + v, o[v]);
-            _mm_storeu_si128((__m128i *)(scales + 16 * b), dv);
-        }
+        store_block(g + (size_t)b * qb, o, 8, scales + 16 * b, _mm_set_epi64x((long long)d[1], (long long)d[0]), aligned);
     }
     _mm_sfence();
 }
@@ -86,17 +91,7 @@ void st_kern_repack_q4_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int6
         __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
         __m256i o[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-        __m256i *out = (__m256i *)(g + (size_t)b * qb);
-        __m128i dv = _mm_set_epi64x((long long)d[1], (long long)d[0]);
-        if (aligned) {
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) _mm256_stream_si256(out + v, o[v]);
-            _mm_stream_si128((__m128i *)(scales + 16 * b), dv);
-        } else {
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) _mm256_storeu_si256(out + v, o[v]);
-            _mm_storeu_si128((__m128i *)(scales + 16 * b), dv);
-        }
+        store_block(g + (size_t)b * qb, o, 4, scales + 16 * b, _mm_set_epi64x((long long)d[1], (long long)d[0]), aligned);
     }
     _mm_sfence();
 }
