@@ -38,8 +38,9 @@ static void test_model_load(void **state)
     int rc = st_run_cli(out, sizeof out, args);
     if (rc) fail_msg("exit %d:\n%s", rc, out);
     expect("model load:");
-    expect("warm: cat");
-    expect("x cat | region allocation");
+    expect("warm, 5: cat");
+    expect("warm: median load / cat");
+    expect("| region allocation");
 }
 
 static void test_bad_option(void **state)
