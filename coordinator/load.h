@@ -3,7 +3,7 @@
 // tensors are read with io_uring (many large reads in flight, O_DIRECT where
 // aligned); those whose run format differs from the file's layout are read
 // into a staging buffer and repacked.  A file the page cache already holds
-// is copied out by threads on every CPU instead, piece by piece through L2
+// is mapped and repacked by threads on every CPU instead, piece by piece
 // (coordinator/load_resident.c); a file it does not hold goes whichever of
 // the two ways a probe finds faster (st_load_run).
 #ifndef ST_COORDINATOR_LOAD_H
@@ -24,7 +24,7 @@ struct st_load_stats {
     double seconds;
     double gbps;           // file_bytes / seconds
     double read_seconds;   // of which in io_uring reads
-    uint32_t cached_files; // files found in the page cache, copied out by every CPU
+    uint32_t cached_files; // files found in the page cache, repacked out of it by every CPU
     uint32_t probed_files; // cold files read both ways first (ST_LOAD_AUTO)
     uint32_t threads_won;  // of those, files whose rest went through the page cache
     double probe_gbps[2];  // the last probe's rates: io_uring, threads
@@ -39,9 +39,9 @@ void st_load_plan_free(struct st_load_plan **p);
 uint64_t st_load_plan_act_row_max(const struct st_load_plan *p);
 
 enum st_load_mode {
-    ST_LOAD_AUTO = 0,   // per file: the page-cache path when it is cached, else io_uring
+    ST_LOAD_AUTO = 0,   // per file: the page-cache path when it is cached, else as ST_LOAD_PROBE
     ST_LOAD_IO_URING,   // always io_uring (O_DIRECT where aligned)
-    ST_LOAD_CACHED,     // always threads copying out of the page cache
+    ST_LOAD_CACHED,     // always threads repacking out of the file's mapping
     ST_LOAD_PROBE,      // always what AUTO does with an uncached file: probe both, then the faster
 };
 

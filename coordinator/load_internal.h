@@ -48,11 +48,13 @@ struct st_load_span {
 // Whether a file is cached well enough for st_load_resident to beat io_uring.
 bool st_load_is_resident(const char *path);
 // Loads a span through the page cache (cached or not): threads on every
-// CPU read L2-sized pieces and repack them straight into the weights section
-// w.  drop_behind: each piece's pages leave the cache once repacked, so a
-// cold load reuses the same few pages instead of filling the cache with a
-// second copy of the weights (on a VM whose host takes freed memory back,
-// fresh pages cost the host's work: l3b read at 0.65 GB/s, 2.5 with drop-behind).
+// CPU repack it piece by piece straight into the weights section w, out of
+// a mapping of the file, or with drop_behind out of L2-sized pread buffers.
+// drop_behind (a cold file): each piece's pages leave the cache once
+// repacked, so a cold load reuses the same few pages instead of filling the
+// cache with a second copy of the weights (on a VM whose host takes freed
+// memory back, fresh pages cost the host's work: l3b read at 0.65 GB/s, 2.5
+// with drop-behind).
 int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w, bool drop_behind,
                      struct st_load_progress *pr, struct st_error *e);
 

@@ -30,8 +30,7 @@ struct shared {
 struct stage {
     const struct st_load_plan *p;
     struct shared *sh;
-    uint8_t *w, **buf; // the staging's buffer and capacity of this stage
-    uint64_t *cap;
+    uint8_t *w, **buf; // the staging's buffer of this stage
     uint32_t a, b;         // jobs [a, b) of the batch
     const void **src;      // [b - a] staged tensor, NULL if not in the batch
     struct st_read_range *sr;
@@ -133,16 +132,25 @@ static bool needs_repack(const struct job *jb, uint32_t model)
 // position in its page, so O_DIRECT can read it.
 static uint64_t room(const struct job *jb) { return (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096; }
 
+// Makes staging buffer k hold at least `bytes` (never less than a batch).
+static int grow(struct st_load_staging *sg, int k, uint64_t bytes, struct st_error *e)
+{
+    if (sg->cap[k] >= bytes) return 0;
+    uint64_t cap = bytes > BATCH_BYTES ? bytes : BATCH_BYTES;
+    free(sg->buf[k]);
+    if (!(sg->buf[k] = aligned_alloc(4096, cap))) {
+        sg->cap[k] = 0;
+        return st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)cap);
+    }
+    sg->cap[k] = cap;
+    return 0;
+}
+
 int st_load_staging_reserve(struct st_load_staging *sg, struct st_error *e)
 {
     for (int k = 0; k < STAGES; k++) {
         if (sg->cap[k] >= BATCH_BYTES) continue;
-        free(sg->buf[k]);
-        if (!(sg->buf[k] = aligned_alloc(4096, BATCH_BYTES))) {
-            sg->cap[k] = 0;
-            return st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)BATCH_BYTES);
-        }
-        sg->cap[k] = BATCH_BYTES;
+        if (grow(sg, k, BATCH_BYTES, e)) return -1;
         memset(sg->buf[k], 0, BATCH_BYTES);
     }
     return 0;
@@ -167,7 +175,7 @@ int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, 
     struct stage sg[STAGES];
     int rc = -1;
     for (int k = 0; k < STAGES; k++) {
-        sg[k] = (struct stage){.p = p, .sh = &sh, .w = w, .buf = &stg->buf[k], .cap = &stg->cap[k], .uo = *uo};
+        sg[k] = (struct stage){.p = p, .sh = &sh, .w = w, .buf = &stg->buf[k], .uo = *uo};
         sg[k].uo.progress = NULL; // drawn per batch: the tasks' reads overlap
     }
     for (int k = 0; k < STAGES; k++) {
@@ -190,15 +198,7 @@ int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, 
         if (!staged) break;
         struct stage *st = &sg[k];
         if (finish(st, stats, e)) goto out; // its previous batch must be repacked before the buffer is reused
-        if (*st->cap < staged) {
-            free(*st->buf);
-            *st->cap = staged > BATCH_BYTES ? staged : BATCH_BYTES;
-            if (!(*st->buf = aligned_alloc(4096, *st->cap))) {
-                *st->cap = 0;
-                st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)staged);
-                goto out;
-            }
-        }
+        if (grow(stg, k, staged, e)) goto out;
         uint64_t off = 0;
         st->ns = 0;
         for (uint32_t j = a; j < b; j++) {
