@@ -18,17 +18,24 @@ ST_INLINE __m256 block_end(__m256i is, __m256 dw, float dx, __m256 acc)
 ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, const uint8_t *x,
                             size_t xs, const int MT, __m256 *acc)
 {
+    // vpdpbusd multiplies unsigned by signed bytes: the weights go in offset
+    // by 128 (w ^ 0x80 = w + 128, once per weight vector for every row) and
+    // 128 * sum(x), from the activation block's sum, starts each row's sum
+    // negative.  A row then costs one product per 4 bytes, without the
+    // vpsignb per row that |w| * sign(x, w) needs.  Integer sums are exact,
+    // so the result is the same.  One core, weights in L2 (Zen 5): 4 rows
+    // 120 -> 142 GMAC/s, one row 87 -> 99.
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
     __m256i is[ST_KERN_MT_X8];
 #pragma GCC unroll 8
-    for (int m = 0; m < MT; m++) is[m] = _mm256_setzero_si256();
+    for (int m = 0; m < MT; m++) is[m] = _mm256_set1_epi32(-128 * ((Q8 *)(x + m * xs))[b].sum);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
-        __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
-        __m256i aw = _mm256_abs_epi8(wv);
+        __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 32 * g)), bias);
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
-            is[m] = _mm256_dpbusd_epi32(is[m], aw, _mm256_sign_epi8(st_bcast4(xb->qs + 4 * g), wv));
+            is[m] = _mm256_dpbusd_epi32(is[m], wu, st_bcast4(xb->qs + 4 * g));
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
@@ -123,6 +130,11 @@ ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *g
     }
 }
 
+// A verify's 4 rows of Q8_0 with 4 groups side by side (16 sums in 32
+// registers): the target's matrices of a K = 3 round took about 6% less
+// time than with one group (bench profile, median of 5 alternations, Zen 5);
+// in L2, 4 rows 142 -> 167 GMAC/s a core.
+#define ST_X8_FOUR_GROUPS_MAX_MT 4
 #include "kernels/x8_driver.h"
 
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)

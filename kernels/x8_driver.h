@@ -95,6 +95,13 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
 }
 
+// Up to how many activation rows Q8_0 runs 4 groups side by side (4 x MT
+// sums live): an including file whose vectors are the 32 of AVX-512VL sets
+// more than AVX2's 16 allow.
+#ifndef ST_X8_FOUR_GROUPS_MAX_MT
+#define ST_X8_FOUR_GROUPS_MAX_MT 1
+#endif
+
 ST_INLINE void x8_groups(const uint32_t type, const struct st_kern_weight *w, const uint8_t *x,
                          size_t xs, const int MT, float *y, size_t ys, int64_t r0, int64_t r1)
 {
@@ -104,7 +111,7 @@ ST_INLINE void x8_groups(const uint32_t type, const struct st_kern_weight *w, co
     // 2048x8192, 2 threads); the others measured best at 4.
     if (MT == 1 && type == ST_KERN_RUN_TERNARY_MASK)
         for (; g + 2 <= g1; g += 2) x8_run_groups(type, w, x, xs, MT, 2, y, ys, g, r0, r1);
-    if (MT == 1)
+    if (MT == 1 || (MT <= ST_X8_FOUR_GROUPS_MAX_MT && type == ST_KERN_RUN_Q8_0X8))
         for (; g + 4 <= g1; g += 4) x8_run_groups(type, w, x, xs, MT, 4, y, ys, g, r0, r1);
     if (MT == 2)
         for (; g + 2 <= g1; g += 2) x8_run_groups(type, w, x, xs, MT, 2, y, ys, g, r0, r1);
