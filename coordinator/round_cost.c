@@ -4,6 +4,9 @@
 // Weight of the prior slope, in units of K's variance: a spread of K of
 // about +-0.5 (exploring a neighbour every few rounds) already outweighs it.
 #define PRIOR_WEIGHT 0.05
+// Weight of the line against a K's own mean, in rounds: a K explored every
+// 8 rounds holds about 3 of them, so its mean counts for 75%.
+#define LINE_WEIGHT 1.0
 
 void st_round_cost_add(struct st_round_cost *c, uint32_t K, double draft_s, double dt)
 {
@@ -16,6 +19,8 @@ void st_round_cost_add(struct st_round_cost *c, uint32_t K, double draft_s, doub
     c->skk = DECAY * c->skk + k * k;
     c->sr = DECAY * c->sr + rest;
     c->skr = DECAY * c->skr + k * rest;
+    for (uint32_t j = 1; j <= ST_ROUND_COST_MAX_K; j++) c->kw[j] *= DECAY, c->kr[j] *= DECAY;
+    if (K <= ST_ROUND_COST_MAX_K) c->kw[K] += 1, c->kr[K] += rest;
 }
 
 double st_round_cost_predict(const struct st_round_cost *c, uint32_t K, double row_prior)
@@ -28,5 +33,6 @@ double st_round_cost_predict(const struct st_round_cost *c, uint32_t K, double r
     if (b < 0) b = 0; // more rows never cost less; noise can say otherwise
     double rest = mr + b * ((double)K - mk);
     if (rest < 0) rest = 0;
+    if (K <= ST_ROUND_COST_MAX_K) rest = (c->kr[K] + LINE_WEIGHT * rest) / (c->kw[K] + LINE_WEIGHT);
     return K * (c->d_seconds / c->d_steps) + rest;
 }
