@@ -142,20 +142,20 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
             t = _mm256_add_epi32(t, _mm256_add_epi32(_mm256_srai_epi32(ps[2][m], 4), _mm256_srai_epi32(ps[3][m], 6)));
             is[m] = _mm256_add_epi32(is[m], t);
         }
-    } else {
+    } else { // 5-8 rows: too many sums for one per bit pair
 #pragma GCC unroll 2
-    for (int k = 0; k < 16; k++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
+        for (int k = 0; k < 16; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
+            for (int p = 0; p < 4; p++) {
+                __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
 #pragma GCC unroll 8
-            for (int m = 0; m < MT; m++) {
-                Q8K *xb = (Q8K *)(x + m * xs) + b;
-                is[m] = _mm256_dpbusd_epi32(is[m], c, st_bcast4(xb->qs + 4 * (4 * k + p)));
+                for (int m = 0; m < MT; m++) {
+                    Q8K *xb = (Q8K *)(x + m * xs) + b;
+                    is[m] = _mm256_dpbusd_epi32(is[m], c, st_bcast4(xb->qs + 4 * (4 * k + p)));
+                }
             }
         }
-    }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
 #pragma GCC unroll 8
