@@ -145,9 +145,16 @@ static void on_sigbus(int sig)
     signal(sig, SIG_DFL); // not ours: the access faults again, with the default action
 }
 
-static int repack_mapped(const struct loader *L, const struct piece *pc, struct st_error *e)
+// Repacks a piece's rows from src (its bytes, mapped or read) into the region.
+static int repack(const struct loader *L, const struct piece *pc, const uint8_t *src, struct st_error *e)
 {
     const struct st_layout_mat *m = pc->jb->dst;
+    return st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src, pc->r0, pc->r1, L->w + m->offset, m->bytes,
+                          e);
+}
+
+static int repack_mapped(const struct loader *L, const struct piece *pc, struct st_error *e)
+{
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
         bus_jump = NULL;
@@ -155,8 +162,7 @@ static int repack_mapped(const struct loader *L, const struct piece *pc, struct 
                             L->path, (unsigned long long)pc->file_offset);
     }
     bus_jump = &jb;
-    int rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, L->map + pc->file_offset, pc->r0, pc->r1,
-                            L->w + m->offset, m->bytes, e);
+    int rc = repack(L, pc, L->map + pc->file_offset, e);
     bus_jump = NULL;
     return rc;
 }
@@ -181,11 +187,8 @@ static void *worker(void *v)
         } else if (L->map && pc->file_offset + pc->length <= L->map_len) {
             rc = repack_mapped(L, pc, &e);
         } else { // a cold file, or the part of one cut short since it was planned
-            const struct st_layout_mat *m = pc->jb->dst;
             rc = st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, &e);
-            if (!rc)
-                rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, buf, pc->r0, pc->r1, L->w + m->offset,
-                                    m->bytes, &e);
+            if (!rc) rc = repack(L, pc, buf, &e);
         }
         if (rc) {
             fail(L, &e);

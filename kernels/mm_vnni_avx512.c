@@ -109,54 +109,43 @@ ST_INLINE void code_block(const uint8_t *q, const uint16_t *gd, int64_t b, const
 #pragma GCC unroll 8
     for (int m = 0; m < MT; m++)
         is[m] = _mm256_sub_epi32(_mm256_setzero_si256(), st_q8_k_sum_bcast((Q8K *)(x + m * xs) + b));
-    if (MT <= 4) {
-        // The 2-bit codes are bound by arithmetic, not memory: the codes
-        // of bit pair p are multiplied where they stand (4^p times the
-        // code, at most 128, still an unsigned byte) into a sum of their
-        // own, which is exactly 4^p times the sum wanted and is shifted back
-        // once per block.  That saves the shift per code vector (one core,
-        // weights in L2, Zen 5: M = 1 62 -> 129 GMAC/s, M = 2 90 -> 158,
-        // M = 4 118 -> 128; a draft step of l1b TQ2_0 13 -> 10 ms).
-        // 16 sums at M = 4 fit in AVX-512VL's 32 registers.
-        __m256i ps[4][4];
+    // Up to 4 rows the 2-bit codes, bound by arithmetic rather than memory,
+    // are multiplied where they stand: bit pair p gives 4^p times the code
+    // (at most 128, still an unsigned byte) into a sum of its own, exactly
+    // 4^p times the sum wanted, shifted back once per block.  That saves
+    // the shift per code vector (one core, weights in L2, Zen 5: M = 1
+    // 62 -> 129 GMAC/s, M = 2 90 -> 158, M = 4 118 -> 128; a draft step of
+    // l1b TQ2_0 13 -> 10 ms).  16 sums at M = 4 fit in AVX-512VL's 32
+    // registers; 5-8 rows shift each plane down into one sum per row.
+    const bool planes = MT <= 4;
+    __m256i ps[4][4];
+    if (planes)
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++)
 #pragma GCC unroll 4
             for (int m = 0; m < MT; m++) ps[p][m] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-        for (int k = 0; k < 16; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
+    for (int k = 0; k < 16; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m256i c = _mm256_and_si256(v, _mm256_set1_epi8((char)(3 << (2 * p))));
-#pragma GCC unroll 4
-                for (int m = 0; m < MT; m++) {
-                    Q8K *xb = (Q8K *)(x + m * xs) + b;
-                    ps[p][m] = _mm256_dpbusd_epi32(ps[p][m], c, st_bcast4(xb->qs + 4 * (4 * k + p)));
-                }
+        for (int p = 0; p < 4; p++) {
+            __m256i c = planes ? _mm256_and_si256(v, _mm256_set1_epi8((char)(3 << (2 * p))))
+                               : _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
+#pragma GCC unroll 8
+            for (int m = 0; m < MT; m++) {
+                __m256i xv = st_bcast4(((Q8K *)(x + m * xs) + b)->qs + 4 * (4 * k + p));
+                if (planes) ps[p][m] = _mm256_dpbusd_epi32(ps[p][m], c, xv);
+                else is[m] = _mm256_dpbusd_epi32(is[m], c, xv);
             }
         }
+    }
+    if (planes)
 #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
             __m256i t = _mm256_add_epi32(ps[0][m], _mm256_srai_epi32(ps[1][m], 2));
             t = _mm256_add_epi32(t, _mm256_add_epi32(_mm256_srai_epi32(ps[2][m], 4), _mm256_srai_epi32(ps[3][m], 6)));
             is[m] = _mm256_add_epi32(is[m], t);
         }
-    } else { // 5-8 rows: too many sums for one per bit pair
-#pragma GCC unroll 2
-        for (int k = 0; k < 16; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m256i c = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
-#pragma GCC unroll 8
-                for (int m = 0; m < MT; m++) {
-                    Q8K *xb = (Q8K *)(x + m * xs) + b;
-                    is[m] = _mm256_dpbusd_epi32(is[m], c, st_bcast4(xb->qs + 4 * (4 * k + p)));
-                }
-            }
-        }
-    }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gd + 8 * b)));
 #pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m] = block_end(is[m], dw, ((Q8K *)(x + m * xs))[b].d, acc[m]);
