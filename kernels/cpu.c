@@ -51,6 +51,7 @@ static void build_tables(void)
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512vnni) {
             tables[ST_KERN_LEVEL_AVX512] = tables[ST_KERN_LEVEL_AVX2];
             st_kern_ops_fill_avx512(&tables[ST_KERN_LEVEL_AVX512]);
+            st_kern_attention_fill_avx512(&tables[ST_KERN_LEVEL_AVX512]);
             table_ok[ST_KERN_LEVEL_AVX512] = true;
         }
     }

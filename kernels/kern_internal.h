@@ -98,6 +98,7 @@ void st_kern_mm_x8_fill_avx2(struct st_kern_ops *ops);
 void st_kern_mm_ternary_fill_avx2(struct st_kern_ops *ops);
 void st_kern_ops_fill_avx2_rest(struct st_kern_ops *ops);
 void st_kern_attention_fill_avx2(struct st_kern_ops *ops);
+void st_kern_attention_fill_avx512(struct st_kern_ops *ops);
 void st_kern_attention_ref(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                            float *scratch);
 

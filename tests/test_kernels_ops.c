@@ -84,6 +84,9 @@ static void test_attention(void **state)
         {2, 2, 40, 9, 2, {4, 8}},         // no grouping
         {5, 1, 8, 33, 1, {32}},
         {4, 1, 32, 200, 8, {199, 63, 64, 65, 0, 127, 128, 5}}, // tiles and chunk edges
+        {24, 8, 128, 300, 5, {299, 298, 64, 63, 130}},          // a 3B model's heads: full and partial tiles
+        {4, 2, 80, 70, 3, {69, 10, 64}},                       // V in blocks with a remainder
+        {6, 2, 48, 21, 2, {20, 6}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const struct attn_case *k = &cases[c];

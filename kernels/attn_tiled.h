@@ -1,0 +1,313 @@
+// Private to kernels/: tiled attention over an F16 KV cache, written once
+// for any vector width.  attn_avx2.c (8 floats) and attn_avx512.c (16
+// floats) include it after defining:
+//   VF, VW               the float vector type and its lane count
+//   vf_zero() vf_set1(x) vf_load(p) vf_store(p, v) vf_f16(p) (VW halves)
+//   vf_fma(a, b, c) (a * b + c), vf_mul, vf_sub, vf_add, vf_max, vf_exp
+//   vf_hmax(v), vf_hsum(v)  one float each
+//   vf_sum4(a, b, c, d)     __m128 of the four vectors' sums, each summed
+//                           in the same order wherever it stands
+//   ATTN_TILE               (row, head) pairs in a tile, at most 12
+//   SCORE_POS(T)            positions scored at once by a tile of T pairs
+//   V_VECS                  vectors of dimensions 4 pairs accumulate at once
+// and get attention_tiled(a, kv_head_begin, kv_head_end) for head sizes
+// that are a multiple of VW.
+//
+// The (row, head) pairs sharing a KV head are taken up to ATTN_TILE at a
+// time, so each K and V row is read and converted once per tile rather than
+// once per pair; tiles of all KV heads of the call run chunk by chunk
+// (CHUNK positions) side by side, so a cache row [n_kv_heads][head_dim]
+// fetched for one head serves the others while it is in L2.  Softmax is
+// online: a running max and sum per pair, its accumulator (kept in `out`)
+// rescaled when the max grows.  A pair's result depends only on its own
+// query and position, never on M, its tile or the head range: chunk edges
+// are fixed multiples of CHUNK, each score is one chain over the head's
+// dimensions reduced by vf_sum4, whatever the number of positions scored
+// with it, and each V sum is one chain over positions.
+#include <math.h>
+#include <stdbool.h>
+
+#define CHUNK 64
+#define BATCH 16 // tiles run side by side
+#define PREFETCH_ROWS 16
+#define SCORE_ACC 32 // most (pair, position) sums a score block holds
+
+struct pair_state {
+    const float *q;
+    float *acc; // [hd], in out: running sum of exp(score - mx) * v
+    int P;      // last position seen
+    float mx;   // running max of scores
+    float sum;  // running sum of exp(score - mx)
+};
+
+struct tile {
+    int kvh, n;
+    struct pair_state p[ATTN_TILE];
+};
+
+// Scores of T pairs at NP positions from kj on (rows ps apart) into
+// s[t][j + p].  Each K vector is converted once for all T pairs; the sums
+// are reduced four at a time, (pair, position) in order.
+ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
+                           float scale, float s[][CHUNK], int j, const int T, const int NP)
+{
+    VF acc[SCORE_ACC];
+#pragma GCC unroll 32
+    for (int i = 0; i < T * NP; i++) acc[i] = vf_zero();
+    for (int d = 0; d < hd; d += VW) {
+        VF kv[SCORE_ACC];
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) kv[p] = vf_f16(kj + (size_t)p * ps + d);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            VF q = vf_load(st[t].q + d);
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) acc[t * NP + p] = vf_fma(q, kv[p], acc[t * NP + p]);
+        }
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+#pragma GCC unroll 8
+    for (int i = 0; i < T * NP; i += 4) {
+        VF z = vf_zero();
+        __m128 r = _mm_mul_ps(vf_sum4(acc[i], i + 1 < T * NP ? acc[i + 1] : z,
+                                      i + 2 < T * NP ? acc[i + 2] : z, i + 3 < T * NP ? acc[i + 3] : z),
+                              vs);
+        if (NP == 4) {
+            _mm_storeu_ps(&s[i / 4][j], r);
+            continue;
+        }
+        float o[4];
+        _mm_storeu_ps(o, r);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            if (i + u < T * NP) s[(i + u) / NP][j + (i + u) % NP] = o[u];
+    }
+}
+
+// Folds positions [0, valid) of one pair's scores into its running max and
+// sum: s becomes exp(s - new max); returns the factor the pair's
+// accumulator must be scaled by.
+static float softmax_chunk(struct pair_state *st, float *s, int valid)
+{
+    float cm = st->mx;
+    int j = 0;
+    if (valid >= VW) {
+        VF vmx = vf_load(s);
+        for (j = VW; j + VW <= valid; j += VW) vmx = vf_max(vmx, vf_load(s + j));
+        float hm = vf_hmax(vmx);
+        cm = hm > cm ? hm : cm;
+    }
+    for (; j < valid; j++) cm = s[j] > cm ? s[j] : cm;
+    float e[VW];
+    vf_store(e, vf_exp(vf_set1(st->mx - cm)));
+    VF vm = vf_set1(cm), vs = vf_zero();
+    for (j = 0; j + VW <= valid; j += VW) {
+        VF p = vf_exp(vf_sub(vf_load(s + j), vm));
+        vf_store(s + j, p);
+        vs = vf_add(vs, p);
+    }
+    float cs = vf_hsum(vs);
+    if (j < valid) {
+        float tmp[VW];
+        for (int i = 0; i < VW; i++) tmp[i] = j + i < valid ? s[j + i] : cm;
+        vf_store(tmp, vf_exp(vf_sub(vf_load(tmp), vm)));
+        for (int i = 0; j + i < valid; i++) {
+            s[j + i] = tmp[i];
+            cs += tmp[i];
+        }
+    }
+    st->sum = fmaf(st->sum, e[0], cs);
+    st->mx = cm;
+    return e[0];
+}
+
+// Position j of the V rows at vj into the sums of TN pairs, NV vectors of
+// dimensions: acc[u] += s[u][j] * V; with `checked`, only for the pairs
+// whose valid part reaches j.
+ST_INLINE void v_pos(VF acc[][V_VECS], float s[][CHUNK], const int *valid, const uint16_t *vj, int j,
+                     const int TN, const int NV, const bool checked)
+{
+    VF x[V_VECS];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) x[v] = vf_f16(vj + v * VW);
+#pragma GCC unroll 4
+    for (int u = 0; u < TN; u++) {
+        if (checked && j >= valid[u]) continue;
+        VF p = vf_set1(s[u][j]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[u][v] = vf_fma(p, x[v], acc[u][v]);
+    }
+}
+
+// acc of TN pairs, NV vectors of dimensions from d: scaled by their
+// factors, plus sum_j s[u][j] * V[j] over the chunk's positions; positions
+// below vmin are valid for every pair and run without tests.
+ST_INLINE void v_block(struct pair_state *st, float s[][CHUNK], const float *factor,
+                       const int *valid, int vmin, int jn, const uint16_t *vd, size_t ps, int d,
+                       const int TN, const int NV)
+{
+    VF acc[4][V_VECS];
+#pragma GCC unroll 4
+    for (int u = 0; u < TN; u++) {
+        VF f = vf_set1(factor[u]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[u][v] = vf_mul(vf_load(st[u].acc + d + v * VW), f);
+    }
+    int j = 0;
+    for (; j < vmin; j++) v_pos(acc, s, valid, vd + (size_t)j * ps, j, TN, NV, false);
+    for (; j < jn; j++) v_pos(acc, s, valid, vd + (size_t)j * ps, j, TN, NV, true);
+#pragma GCC unroll 4
+    for (int u = 0; u < TN; u++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) vf_store(st[u].acc + d + v * VW, acc[u][v]);
+}
+
+// One group of TN pairs over all dimensions: V_VECS vectors at a time, the
+// rest (head sizes that are not a multiple of V_VECS * VW) in a last block.
+ST_INLINE void v_group(struct pair_state *st, float s[][CHUNK], const float *factor, const int *valid,
+                       int vmin, int jn, const uint16_t *V, size_t ps, int hd, const int TN)
+{
+    int d = 0;
+    for (; d + V_VECS * VW <= hd; d += V_VECS * VW)
+        v_block(st, s, factor, valid, vmin, jn, V + d, ps, d, TN, V_VECS);
+    switch ((hd - d) / VW) {
+#if V_VECS > 3
+    case 3: v_block(st, s, factor, valid, vmin, jn, V + d, ps, d, TN, 3); break;
+#endif
+#if V_VECS > 2
+    case 2: v_block(st, s, factor, valid, vmin, jn, V + d, ps, d, TN, 2); break;
+#endif
+    case 1: v_block(st, s, factor, valid, vmin, jn, V + d, ps, d, TN, 1); break;
+    default: break;
+    }
+}
+
+// Positions [j0, j0 + jn) of one tile of T pairs.  T is a constant in each
+// instance (tile_chunk dispatches), so the sums live in registers.
+ST_INLINE void tile_chunk_t(const struct st_kern_attn *a, struct tile *tl, int j0, int jn, const int T)
+{
+    int hd = a->head_dim;
+    size_t ps = (size_t)a->n_kv_heads * hd;
+    const uint16_t *K = a->k + (size_t)tl->kvh * hd, *V = a->v + (size_t)tl->kvh * hd;
+    struct pair_state *st = tl->p;
+    float s[ATTN_TILE][CHUNK];
+    const int NP = SCORE_POS(T);
+    for (int j = 0; j < jn; j += NP) {
+        // Rows are head_dim values apart from the next position's: ask for
+        // K a few rows ahead, and for these rows' V, used after the scores,
+        // into L2 only: a chunk's V in L1 as well pushed out the K rows.
+        for (int p = 0; p < NP && j + p < jn; p++) {
+            int r = j0 + j + p;
+            const char *kp = (const char *)(K + (size_t)(r + PREFETCH_ROWS) * ps);
+            const char *vp = (const char *)(V + (size_t)r * ps);
+            for (int d = 0; d < hd * 2; d += 64) {
+                if (r + PREFETCH_ROWS < a->n_ctx) _mm_prefetch(kp + d, _MM_HINT_T0);
+                _mm_prefetch(vp + d, _MM_HINT_T1);
+            }
+        }
+        const uint16_t *kj = K + (size_t)(j0 + j) * ps;
+        if (j + NP <= jn)
+            score_block(st, kj, ps, hd, a->scale, s, j, T, NP);
+        else
+            for (int p = j; p < jn; p++) score_block(st, kj + (size_t)(p - j) * ps, ps, hd, a->scale, s, p, T, 1);
+    }
+    float factor[ATTN_TILE];
+    int valid[ATTN_TILE], vmin = jn;
+    for (int t = 0; t < T; t++) {
+        valid[t] = st[t].P - j0 + 1 < jn ? st[t].P - j0 + 1 : jn;
+        if (valid[t] < vmin) vmin = valid[t] > 0 ? valid[t] : 0;
+        factor[t] = valid[t] > 0 ? softmax_chunk(&st[t], s[t], valid[t]) : 1.0f;
+    }
+    const uint16_t *vd = V + (size_t)j0 * ps;
+#pragma GCC unroll 3
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        const int tn = T - t0 < 4 ? T - t0 : 4;
+        v_group(st + t0, s + t0, factor + t0, valid + t0, vmin, jn, vd, ps, hd, tn);
+    }
+}
+
+static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, int jn)
+{
+    switch (tl->n) {
+    case 1: tile_chunk_t(a, tl, j0, jn, 1); break;
+    case 2: tile_chunk_t(a, tl, j0, jn, 2); break;
+    case 3: tile_chunk_t(a, tl, j0, jn, 3); break;
+    case 4: tile_chunk_t(a, tl, j0, jn, 4); break;
+    case 5: tile_chunk_t(a, tl, j0, jn, 5); break;
+    case 6: tile_chunk_t(a, tl, j0, jn, 6); break;
+    case 7: tile_chunk_t(a, tl, j0, jn, 7); break;
+#if ATTN_TILE > 8
+    case 8: tile_chunk_t(a, tl, j0, jn, 8); break;
+    case 9: tile_chunk_t(a, tl, j0, jn, 9); break;
+    case 10: tile_chunk_t(a, tl, j0, jn, 10); break;
+    case 11: tile_chunk_t(a, tl, j0, jn, 11); break;
+    default: tile_chunk_t(a, tl, j0, jn, 12); break;
+#else
+    default: tile_chunk_t(a, tl, j0, jn, 8); break;
+#endif
+    }
+}
+
+static void run_batch(const struct st_kern_attn *a, struct tile *tl, int nt)
+{
+    int jmax = 0;
+    for (int i = 0; i < nt; i++)
+        for (int t = 0; t < tl[i].n; t++) {
+            struct pair_state *p = &tl[i].p[t];
+            p->mx = -INFINITY;
+            p->sum = 0.0f;
+            memset(p->acc, 0, sizeof(float) * a->head_dim);
+            jmax = p->P > jmax ? p->P : jmax;
+        }
+    for (int j0 = 0; j0 <= jmax; j0 += CHUNK) {
+        int jn = jmax + 1 - j0 < CHUNK ? jmax + 1 - j0 : CHUNK;
+        for (int i = 0; i < nt; i++) {
+            int tmax = 0;
+            for (int t = 0; t < tl[i].n; t++) tmax = tl[i].p[t].P > tmax ? tl[i].p[t].P : tmax;
+            if (j0 <= tmax) tile_chunk(a, &tl[i], j0, tmax + 1 - j0 < jn ? tmax + 1 - j0 : jn);
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        for (int t = 0; t < tl[i].n; t++) {
+            struct pair_state *p = &tl[i].p[t];
+            VF inv = vf_set1(1.0f / p->sum);
+            for (int d = 0; d < a->head_dim; d += VW) vf_store(p->acc + d, vf_mul(vf_load(p->acc + d), inv));
+        }
+}
+
+// Tiles: rows in blocks of mb, so a tile holds mb rows x the heads of one
+// KV head (heads split further if a group exceeds ATTN_TILE).
+static void attention_tiled(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end)
+{
+    int group = a->n_heads / a->n_kv_heads, hd = a->head_dim;
+    int mb = group >= ATTN_TILE ? 1 : ATTN_TILE / group;
+    struct tile tl[BATCH];
+    int nt = 0;
+    for (int m0 = 0; m0 < a->M; m0 += mb) {
+        int m1 = m0 + mb < a->M ? m0 + mb : a->M;
+        for (int kvh = kv_head_begin; kvh < kv_head_end; kvh++) {
+            struct tile *t = &tl[nt];
+            t->kvh = kvh;
+            t->n = 0;
+            for (int m = m0; m < m1; m++)
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    size_t off = ((size_t)m * a->n_heads + h) * hd;
+                    t->p[t->n++] = (struct pair_state){.q = a->q + off, .acc = a->out + off, .P = a->pos[m]};
+                    if (t->n == ATTN_TILE) { // full: start another tile for the same KV head
+                        if (++nt == BATCH) {
+                            run_batch(a, tl, nt);
+                            nt = 0;
+                        }
+                        t = &tl[nt];
+                        t->kvh = kvh;
+                        t->n = 0;
+                    }
+                }
+            if (t->n && ++nt == BATCH) {
+                run_batch(a, tl, nt);
+                nt = 0;
+            }
+        }
+    }
+    if (nt) run_batch(a, tl, nt);
+}
