@@ -8,6 +8,7 @@
 //   vf_sum4(a, b, c, d)     __m128 of the four vectors' sums, each summed
 //                           in the same order wherever it stands
 //   ATTN_TILE               (row, head) pairs in a tile, at most 12
+//   SCORE_PAIRS             pairs scored at once (a tile's pairs in blocks)
 //   SCORE_POS(T)            positions scored at once by a tile of T pairs
 //   V_VECS                  vectors of dimensions 4 pairs accumulate at once
 // and get attention_tiled(a, kv_head_begin, kv_head_end) for head sizes
@@ -48,7 +49,7 @@ struct tile {
 // Scores of T pairs at NP positions from kj on (rows ps apart) into
 // s[t][j + p].  Each K vector is converted once for all T pairs; the sums
 // are reduced four at a time, (pair, position) in order.
-ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
+ST_INLINE void score_pairs(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
                            float scale, float s[][CHUNK], int j, const int T, const int NP)
 {
     VF acc[SCORE_ACC];
@@ -61,6 +62,9 @@ ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size
 #pragma GCC unroll 12
         for (int t = 0; t < T; t++) {
             VF q = vf_load(st[t].q + d);
+            // In a register for all NP positions: folded into each product
+            // as a memory operand, the loads outran the multiplies.
+            __asm__("" : "+v"(q));
 #pragma GCC unroll 8
             for (int p = 0; p < NP; p++) acc[t * NP + p] = vf_fma(q, kv[p], acc[t * NP + p]);
         }
@@ -82,6 +86,17 @@ ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size
         for (int u = 0; u < 4; u++)
             if (i + u < T * NP) s[(i + u) / NP][j + (i + u) % NP] = o[u];
     }
+}
+
+// Scores of a tile's T pairs at NP positions, SCORE_PAIRS pairs at a time
+// (each such block converts the K vectors again; more pairs at once would
+// leave too few registers for NP positions).
+ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
+                           float scale, float s[][CHUNK], int j, const int T, const int NP)
+{
+#pragma GCC unroll 2
+    for (int t0 = 0; t0 < T; t0 += SCORE_PAIRS)
+        score_pairs(st + t0, kj, ps, hd, scale, s + t0, j, T - t0 < SCORE_PAIRS ? T - t0 : SCORE_PAIRS, NP);
 }
 
 // Folds positions [0, valid) of one pair's scores into its running max and
