@@ -41,6 +41,14 @@ struct pair_state {
     float sum;  // running sum of exp(score - mx)
 };
 
+// Rows to ask for while a block is scored: nk K rows from k (PREFETCH_ROWS
+// ahead), nv V rows from v (the block's own), a line every 64 bytes of the
+// dimensions walked, so the requests spread over the block.
+struct prefetch_rows {
+    const char *k, *v;
+    int nk, nv;
+};
+
 struct tile {
     int kvh, n;
     struct pair_state p[ATTN_TILE];
@@ -50,12 +58,17 @@ struct tile {
 // s[t][j + p].  Each K vector is converted once for all T pairs; the sums
 // are reduced four at a time, (pair, position) in order.
 ST_INLINE void score_pairs(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
-                           float scale, float s[][CHUNK], int j, const int T, const int NP)
+                           float scale, float s[][CHUNK], int j, const int T, const int NP,
+                           const struct prefetch_rows *pf)
 {
     VF acc[SCORE_ACC];
 #pragma GCC unroll 32
     for (int i = 0; i < T * NP; i++) acc[i] = vf_zero();
     for (int d = 0; d < hd; d += VW) {
+        if (pf && (d * 2) % 64 == 0) {
+            for (int p = 0; p < pf->nk; p++) _mm_prefetch(pf->k + (size_t)p * ps * 2 + d * 2, _MM_HINT_T0);
+            for (int p = 0; p < pf->nv; p++) _mm_prefetch(pf->v + (size_t)p * ps * 2 + d * 2, _MM_HINT_T1);
+        }
         VF kv[SCORE_ACC];
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) kv[p] = vf_f16(kj + (size_t)p * ps + d);
@@ -92,11 +105,13 @@ ST_INLINE void score_pairs(const struct pair_state *st, const uint16_t *kj, size
 // (each such block converts the K vectors again; more pairs at once would
 // leave too few registers for NP positions).
 ST_INLINE void score_block(const struct pair_state *st, const uint16_t *kj, size_t ps, int hd,
-                           float scale, float s[][CHUNK], int j, const int T, const int NP)
+                           float scale, float s[][CHUNK], int j, const int T, const int NP,
+                           const struct prefetch_rows *pf)
 {
 #pragma GCC unroll 2
     for (int t0 = 0; t0 < T; t0 += SCORE_PAIRS)
-        score_pairs(st + t0, kj, ps, hd, scale, s + t0, j, T - t0 < SCORE_PAIRS ? T - t0 : SCORE_PAIRS, NP);
+        score_pairs(st + t0, kj, ps, hd, scale, s + t0, j, T - t0 < SCORE_PAIRS ? T - t0 : SCORE_PAIRS, NP,
+                    t0 ? NULL : pf);
 }
 
 // Folds positions [0, valid) of one pair's scores into its running max and
@@ -211,20 +226,21 @@ ST_INLINE void tile_chunk_t(const struct st_kern_attn *a, struct tile *tl, int j
         // Rows are head_dim values apart from the next position's: ask for
         // K a few rows ahead, and for these rows' V, used after the scores,
         // into L2 only: a chunk's V in L1 as well pushed out the K rows.
-        for (int p = 0; p < NP && j + p < jn; p++) {
-            int r = j0 + j + p;
-            const char *kp = (const char *)(K + (size_t)(r + PREFETCH_ROWS) * ps);
-            const char *vp = (const char *)(V + (size_t)r * ps);
-            for (int d = 0; d < hd * 2; d += 64) {
-                if (r + PREFETCH_ROWS < a->n_ctx) _mm_prefetch(kp + d, _MM_HINT_T0);
-                _mm_prefetch(vp + d, _MM_HINT_T1);
-            }
+        int r = j0 + j, n = jn - j < NP ? jn - j : NP, ahead = a->n_ctx - (r + PREFETCH_ROWS);
+        struct prefetch_rows pf = {.k = (const char *)(K + (size_t)(r + PREFETCH_ROWS) * ps),
+                                   .v = (const char *)(V + (size_t)r * ps),
+                                   .nk = ahead < 0 ? 0 : ahead < n ? ahead : n,
+                                   .nv = n};
+        const uint16_t *kj = K + (size_t)r * ps;
+        if (n == NP) {
+            score_block(st, kj, ps, hd, a->scale, s, j, T, NP, &pf);
+            continue;
         }
-        const uint16_t *kj = K + (size_t)(j0 + j) * ps;
-        if (j + NP <= jn)
-            score_block(st, kj, ps, hd, a->scale, s, j, T, NP);
-        else
-            for (int p = j; p < jn; p++) score_block(st, kj + (size_t)(p - j) * ps, ps, hd, a->scale, s, p, T, 1);
+        for (int p = 0; p < n; p++) {
+            struct prefetch_rows one = {.k = pf.k + (size_t)p * ps * 2, .v = pf.v + (size_t)p * ps * 2,
+                                        .nk = p < pf.nk, .nv = 1};
+            score_block(st, kj + (size_t)p * ps, ps, hd, a->scale, s, j + p, T, 1, &one);
+        }
     }
     float factor[ATTN_TILE];
     int valid[ATTN_TILE], vmin = jn;
