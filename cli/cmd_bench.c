@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/bench_attn.h"
 #include "cli/bench_kernels.h"
 #include "cli/bench_shm.h"
 #include "cli/bench_suites.h"
@@ -15,6 +16,7 @@ struct suite {
 
 static const struct suite suites[] = {
     {"kernels", st_bench_kernels, "GEMV/GEMM per type and M, against the measured read bandwidth"},
+    {"attn", st_bench_attn, "attention per SIMD level, context length and query rows, one thread"},
     {"shm", st_bench_shm, "barrier round trip, rollback latency, model load throughput"},
     {"spec", st_bench_spec, "autoregressive vs speculative, per draft, K sweep and adaptive, optionally vs llama.cpp"},
     {"ctx", st_bench_ctx, "tokens/s and rollback cost at context lengths 128 .. 8192"},

@@ -25,7 +25,7 @@
 enum st_kern_level {
     ST_KERN_LEVEL_SCALAR = 0, // plain C, the reference
     ST_KERN_LEVEL_AVX2 = 1,   // AVX2 + FMA + F16C
-    ST_KERN_LEVEL_AVX512 = 2, // AVX-512 F/BW/VL/DQ + VNNI (int8 kernels; rest as AVX2)
+    ST_KERN_LEVEL_AVX512 = 2, // AVX-512 F/BW/VL/DQ + VNNI (int8 kernels, attention; rest as AVX2)
     ST_KERN_LEVEL_COUNT
 };
 

@@ -1,0 +1,60 @@
+// `subternary bench attn`: the real binary prints a row per (context, M)
+// with a figure for every SIMD level this CPU has, and refuses impossible
+// shapes with the usage (exit 2).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/kernels.h"
+#include "tests/support/test_support.h"
+
+static char out[1 << 16];
+
+static void test_rows(void **state)
+{
+    (void)state;
+    const char *args[] = {"bench", "attn", "--lengths", "40,70", "--m", "1,3", "--layers", "2",
+                          "--shape", "6/2/64", "--trials", "1", NULL};
+    int rc = st_run_cli(out, sizeof out, args);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    if (!strstr(out, "6 heads / 2 KV heads x 64, 2 layers")) fail_msg("no header in:\n%s", out);
+    int rows = 0;
+    for (const char *l = out; (l = strchr(l, '\n')) != NULL; l++) {
+        unsigned ctx, m;
+        double ms, gbs;
+        if (sscanf(l + 1, "%u %u %lf %lf", &ctx, &m, &ms, &gbs) == 4) {
+            assert_true((ctx == 40 || ctx == 70) && (m == 1 || m == 3));
+            assert_true(ms > 0 && gbs > 0);
+            rows++;
+        }
+    }
+    st_kern_init();
+    if (st_kern_ops_get(ST_KERN_LEVEL_AVX2))
+        assert_int_equal(rows, 4);
+    else
+        assert_int_equal(rows, 0);
+    if (st_kern_ops_get(ST_KERN_LEVEL_AVX512) && !strstr(out, "avx512/avx2")) fail_msg("no ratio in:\n%s", out);
+}
+
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    const char *bad[][3] = {{"--shape", "6/4/64", NULL}, {"--m", "0", NULL}, {"--lengths", "x", NULL},
+                            {"--layers", "0", NULL}, {"--trials", NULL, NULL}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[] = {"bench", "attn", bad[i][0], bad[i][1], NULL};
+        assert_int_equal(st_run_cli(out, sizeof out, args), 2);
+        if (!strstr(out, "usage: subternary bench attn")) fail_msg("no usage for %s:\n%s", bad[i][0], out);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_bad_shapes)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
