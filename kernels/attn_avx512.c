@@ -42,9 +42,9 @@ ST_INLINE __m128 vf_sum4(__m512 a, __m512 b, __m512 c, __m512 d)
 }
 
 // 32 registers: 6 pairs x 4 positions of sums, 4 K vectors and a query.
-// Up to 3 pairs (a one-row decode) take 2 positions at a time: with K and V
-// from memory, 8192 positions ran 1.5 instead of 2.1 ms a layer on one core
-// (their prefetches spread over twice as many blocks).
+// Up to 3 pairs (a one-row decode) take 2 positions at a time: one layer of
+// 8192 positions, mostly from memory, ran 1.4-1.7 instead of 2.1 ms on one
+// core (their prefetches spread over twice as many blocks).
 #define ATTN_TILE 12
 #define SCORE_PAIRS 6
 #define SCORE_POS(T) ((T) <= 3 ? 2 : 4)
