@@ -2,7 +2,8 @@
 //
 // Each layer has its own K and V arrays, as in a model, so that at long
 // contexts they come from memory and at short ones from the caches they
-// would be in; the rows see every position (a decode at the end of the
+// would be in; they sit in huge pages, as the server's KV cache does (small
+// pages would add a TLB miss every other position); the rows see every position (a decode at the end of the
 // context, or a verify of its last M positions).  Each figure is the best
 // of --trials passes over all layers; within a trial the levels run in
 // turn, so that their ratio compares runs that saw the same machine.
@@ -12,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 
 #include "cli/bench_util.h"
 #include "kernels/kernels.h"
@@ -25,13 +24,6 @@ struct attn_opts {
     int n_lengths, n_ms;
     int layers, trials, n_heads, n_kv, head_dim;
 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int usage(void)
 {
@@ -71,17 +63,6 @@ static int parse(int argc, char **argv, struct attn_opts *o)
     return 0;
 }
 
-// n bytes on 2 MiB boundaries, asking for transparent huge pages: the
-// server's KV cache lives in a huge-page region, and small pages would add a
-// TLB miss every other position (rows are n_kv_heads x head_dim x 2 bytes).
-static void *huge_alloc(size_t n)
-{
-    size_t align = (size_t)2 << 20;
-    void *p = aligned_alloc(align, (n + align - 1) / align * align);
-    if (p) madvise(p, n, MADV_HUGEPAGE);
-    return p;
-}
-
 // Seconds a layer in a pass over all layers, best of the trials, per SIMD
 // level (best[l] < 0: the CPU lacks level l).
 static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint32_t n_ctx, uint32_t M,
@@ -97,13 +78,13 @@ static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint3
         for (int l = ST_KERN_LEVEL_AVX2; l < ST_KERN_LEVEL_COUNT; l++) {
             const struct st_kern_ops *ops = st_kern_ops_get((enum st_kern_level)l);
             if (!ops) continue;
-            double t0 = now();
+            double t0 = st_bench_seconds();
             for (int layer = 0; layer < o->layers; layer++) {
                 a.k = k[layer];
                 a.v = v[layer];
                 ops->attention(&a, 0, o->n_kv, scratch);
             }
-            double s = (now() - t0) / o->layers;
+            double s = (st_bench_seconds() - t0) / o->layers;
             if (best[l] < 0 || s < best[l]) best[l] = s;
         }
 }
@@ -122,8 +103,8 @@ int st_bench_attn(int argc, char **argv)
     rc = 1;
     if (!k || !v || !q || !out || !scratch) goto fail;
     for (int l = 0; l < o.layers; l++) {
-        k[l] = huge_alloc((size_t)max_ctx * row * sizeof(uint16_t));
-        v[l] = huge_alloc((size_t)max_ctx * row * sizeof(uint16_t));
+        k[l] = st_bench_huge_alloc((size_t)max_ctx * row * sizeof(uint16_t));
+        v[l] = st_bench_huge_alloc((size_t)max_ctx * row * sizeof(uint16_t));
         if (!k[l] || !v[l]) {
             fprintf(stderr, "subternary bench attn: out of memory for %d layers of %u positions\n", o.layers, max_ctx);
             goto fail;

@@ -23,13 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
+#include "cli/bench_util.h"
 #include "kernels/kernels.h"
 
 #define MAX_THREADS 64
@@ -112,12 +112,6 @@ struct pool {
     _Atomic uint64_t sink;
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 // CPU seconds used by all threads of the process (the bench's own).
 static double cpu_s(void)
@@ -215,9 +209,9 @@ static void *worker(void *arg)
 static double pool_run(struct pool *p)
 {
     barrier_wait(&p->bar);
-    double t0 = now_s();
+    double t0 = st_bench_seconds();
     run_job(p, 0);
-    return now_s() - t0;
+    return st_bench_seconds() - t0;
 }
 
 static int pool_start(struct pool *p, int n)
@@ -254,20 +248,12 @@ static float rndf(void)
     return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f;
 }
 
-static void *big_alloc(size_t n)
-{
-    n = (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-    void *p = aligned_alloc(2u << 20, n);
-    if (p) madvise(p, n, MADV_HUGEPAGE); // as the weight region, where offered
-    return p;
-}
-
 // A GGUF tensor of random but well-formed content (finite scales, ternary
 // codes 0..2) so that every kernel runs its normal path.
 static void *gen_tensor(uint32_t type, int64_t rows, int64_t cols)
 {
     size_t n = st_type_row_bytes(type, cols) * (size_t)rows;
-    uint8_t *p = big_alloc(n);
+    uint8_t *p = st_bench_huge_alloc(n);
     if (!p) return NULL;
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
     int64_t nel = rows * cols;
@@ -345,7 +331,7 @@ static double probe_read(struct pool *p, int trials)
 static int probe_init(struct pool *p)
 {
     size_t n = 8 * llc_bytes();
-    uint8_t *buf = big_alloc(n);
+    uint8_t *buf = st_bench_huge_alloc(n);
     if (!buf) return -1;
     memset(buf, 1, n);
     p->buf = buf;
@@ -395,7 +381,7 @@ static int prepare(const struct opts *o, struct shape sh, const struct bench_typ
     pr->n_copies = (int)((4 * llc_bytes() + pr->run_bytes - 1) / pr->run_bytes) + 1;
     int mmax = 1;
     for (int i = 0; i < o->n_ms; i++) mmax = o->ms[i] > mmax ? o->ms[i] : mmax;
-    pr->arena = big_alloc(pr->run_bytes * (size_t)pr->n_copies);
+    pr->arena = st_bench_huge_alloc(pr->run_bytes * (size_t)pr->n_copies);
     pr->copies = calloc((size_t)pr->n_copies, sizeof *pr->copies);
     pr->xq = malloc(st_kern_act_row_bytes(bt->run, sh.cols) * (size_t)mmax);
     pr->y = malloc(sizeof(float) * (size_t)mmax * sh.rows);

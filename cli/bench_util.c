@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +13,22 @@
 
 #include "cli/args.h"
 #include "coordinator/rundir.h"
+
+double st_bench_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void *st_bench_huge_alloc(size_t n)
+{
+    size_t align = (size_t)2 << 20;
+    n = (n + align - 1) / align * align;
+    void *p = aligned_alloc(align, n);
+    if (p) madvise(p, n, MADV_HUGEPAGE);
+    return p;
+}
 
 void st_bench_add(struct st_bench_stat *s, double v)
 {

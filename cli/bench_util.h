@@ -54,6 +54,13 @@ void st_bench_plot(const char *dir, const char *name, const char *script);
 // The file name of a path, for table rows.
 const char *st_bench_basename(const char *path);
 
+// Seconds on the monotonic clock, for timing a measured loop.
+double st_bench_seconds(void);
+// n bytes (rounded up to 2 MiB) on a 2 MiB boundary, with transparent huge
+// pages asked for, as the server's regions have huge pages where offered;
+// free() releases it.  NULL on failure.
+void *st_bench_huge_alloc(size_t n);
+
 // Parses "1,2,4" into values (at most cap); returns the count or -1.
 int st_bench_parse_list(const char *s, uint32_t *v, int cap);
 
