@@ -119,6 +119,11 @@ static int open_server(struct st_client *c, int s, const struct st_client_option
             zmq_connect(sv->monitor, mon))
             return st_client_fail(c, "monitor of %s: %s", sv->endpoint, zmq_strerror(errno));
     }
+    // One server: a send queues on the connection's pipe, and blocks only
+    // while there is none (a refused CURVE handshake drops it until the
+    // reconnect); bounded, so no call of the library hangs.
+    int wait = c->connect_wait_ms;
+    if (c->n == 1) zmq_setsockopt(sv->sock, ZMQ_SNDTIMEO, &wait, sizeof wait);
     if (zmq_connect(sv->sock, sv->endpoint))
         return st_client_fail(c, "zmq_connect(%s): %s", sv->endpoint, zmq_strerror(errno));
     return 0;

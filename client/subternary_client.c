@@ -13,8 +13,12 @@
 
 int st_client_send(struct st_client *c, int s, const uint8_t *msg, size_t len)
 {
-    if (st_wire_send_packed(c->servers[s].sock, NULL, 0, msg, len, c->n > 1 ? ZMQ_DONTWAIT : 0))
+    if (st_wire_send_packed(c->servers[s].sock, NULL, 0, msg, len, c->n > 1 ? ZMQ_DONTWAIT : 0)) {
+        if (errno == EAGAIN && c->n == 1)
+            return st_client_fail(c, "%s: no connection took the message within %d ms", c->servers[s].endpoint,
+                                  c->connect_wait_ms);
         return st_client_fail(c, "zmq_send(%s): %s", c->servers[s].endpoint, zmq_strerror(errno));
+    }
     return 0;
 }
 

@@ -47,7 +47,9 @@ struct st_client_options {
     const char *identity;      // routing id (NULL: random).  The server knows a
                                // retry by (identity, request id).
     int connect_timeout_ms;    // several servers: how long a submit or a stats or health
-                               // request waits for a connection to some server (0: 2000)
+                               // request waits for a connection to some server; one
+                               // server: how long a send waits while there is no
+                               // connection to queue on (0: 2000)
 };
 
 struct st_client_request {

@@ -128,8 +128,12 @@ static void test_allowed_and_refused(void **state)
     struct st_client *nobody[] = {b, anon, plain, wrong};
     for (int i = 0; i < 4; i++) {
         assert_non_null(nobody[i]);
-        assert_int_equal(st_test_submit(nobody[i], "sneaky", prompt, 8, false), 0);
-        assert_int_equal(st_client_request_stats(nobody[i]), 0);
+        // Queued, or refused by the client when the refused handshake left
+        // no connection to queue on (a bounded wait, never a hang).
+        int rc = st_test_submit(nobody[i], "sneaky", prompt, 8, false);
+        assert_true(rc == 0 || rc == -1);
+        rc = st_client_request_stats(nobody[i]);
+        assert_true(rc == 0 || rc == -1);
     }
     for (int i = 0; i < 4; i++) {
         struct st_client_event ev;
