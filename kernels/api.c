@@ -79,6 +79,31 @@ void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_h
     st_kern_ops_active()->attention(a, kv_head_begin, kv_head_end, scratch);
 }
 
+bool st_kern_attention_splits(const struct st_kern_attn *a)
+{
+    // The tiled kernels' vectors are 8 floats at least (AVX-512 hands other
+    // head sizes to AVX2); larger heads go to the reference.
+    return st_kern_ops_active()->attention_part && a->head_dim % 8 == 0 && a->head_dim <= ST_KERN_ATTN_HD_MAX;
+}
+
+void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, int seg_begin,
+                            int seg_end, float *part, int n_seg)
+{
+    ST_ASSERT(st_kern_attention_splits(a));
+    ST_ASSERT(0 <= kv_head_begin && kv_head_begin <= kv_head_end && kv_head_end <= a->n_kv_heads);
+    ST_ASSERT(0 <= seg_begin && seg_begin <= seg_end && (int64_t)n_seg * ST_KERN_ATTN_SEG >= a->n_ctx);
+    for (int m = 0; m < a->M; m++) ST_ASSERT(a->pos[m] >= 0 && a->pos[m] < a->n_ctx);
+    st_kern_ops_active()->attention_part(a, kv_head_begin, kv_head_end, seg_begin, seg_end, part, n_seg);
+}
+
+void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
+                             int n_seg)
+{
+    ST_ASSERT(st_kern_attention_splits(a));
+    ST_ASSERT(0 <= pair_begin && pair_begin <= pair_end && pair_end <= a->M * a->n_heads);
+    st_kern_ops_active()->attention_merge(a, pair_begin, pair_end, part, n_seg);
+}
+
 void st_kern_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
     st_kern_ops_active()->rmsnorm(x, w, y, n, eps);

@@ -1,7 +1,10 @@
 // Attention over an F16 KV cache, AVX2+FMA: the tiled kernel of
 // attn_tiled.h on 8-float vectors.  Head sizes that are not a multiple of 8
-// (no model in use has one) take the scalar reference.
+// or above ST_KERN_ATTN_HD_MAX (no model in use has one) take the scalar
+// reference, and are not split by segments (st_kern_attention_splits).
 #if defined(__x86_64__)
+#include <limits.h>
+
 #include "kernels/simd_x86.h"
 
 #define VF __m256
@@ -38,17 +41,27 @@ ST_INLINE __m128 vf_sum4(__m256 a, __m256 b, __m256 c, __m256 d)
 
 #include "kernels/attn_tiled.h"
 
+static const struct segments all_segments = {0, INT_MAX, NULL, 0};
+
 static void attention_avx2(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                            float *scratch)
 {
-    if (a->head_dim % VW)
+    if (a->head_dim % VW || a->head_dim > ST_KERN_ATTN_HD_MAX)
         st_kern_attention_ref(a, kv_head_begin, kv_head_end, scratch);
     else
-        attention_tiled(a, kv_head_begin, kv_head_end);
+        attention_tiled(a, kv_head_begin, kv_head_end, all_segments);
+}
+
+static void attention_part_avx2(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, int seg_begin,
+                                int seg_end, float *part, int n_seg)
+{
+    attention_tiled(a, kv_head_begin, kv_head_end, (struct segments){seg_begin, seg_end, part, n_seg});
 }
 
 void st_kern_attention_fill_avx2(struct st_kern_ops *ops)
 {
     ops->attention = attention_avx2;
+    ops->attention_part = attention_part_avx2;
+    ops->attention_merge = merge_tiled;
 }
 #endif

@@ -2,6 +2,8 @@
 // on 16-float vectors, with 32 registers for larger tiles (a 4-row verify of
 // a 3-head group is one tile).  Other head sizes take the AVX2 kernel.
 #if defined(__x86_64__)
+#include <limits.h>
+
 #include "kernels/simd_x86.h"
 
 #define VF __m512
@@ -52,17 +54,40 @@ ST_INLINE __m128 vf_sum4(__m512 a, __m512 b, __m512 c, __m512 d)
 
 #include "kernels/attn_tiled.h"
 
+static const struct segments all_segments = {0, INT_MAX, NULL, 0};
+
 static void attention_avx512(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                              float *scratch)
 {
-    if (a->head_dim % VW)
+    if (a->head_dim % VW || a->head_dim > ST_KERN_ATTN_HD_MAX)
         st_kern_ops_get(ST_KERN_LEVEL_AVX2)->attention(a, kv_head_begin, kv_head_end, scratch);
     else
-        attention_tiled(a, kv_head_begin, kv_head_end);
+        attention_tiled(a, kv_head_begin, kv_head_end, all_segments);
+}
+
+static void attention_part_avx512(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, int seg_begin,
+                                  int seg_end, float *part, int n_seg)
+{
+    if (a->head_dim % VW)
+        st_kern_ops_get(ST_KERN_LEVEL_AVX2)->attention_part(a, kv_head_begin, kv_head_end, seg_begin, seg_end, part,
+                                                           n_seg);
+    else
+        attention_tiled(a, kv_head_begin, kv_head_end, (struct segments){seg_begin, seg_end, part, n_seg});
+}
+
+static void attention_merge_avx512(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
+                                   int n_seg)
+{
+    if (a->head_dim % VW)
+        st_kern_ops_get(ST_KERN_LEVEL_AVX2)->attention_merge(a, pair_begin, pair_end, part, n_seg);
+    else
+        merge_tiled(a, pair_begin, pair_end, part, n_seg);
 }
 
 void st_kern_attention_fill_avx512(struct st_kern_ops *ops)
 {
     ops->attention = attention_avx512;
+    ops->attention_part = attention_part_avx512;
+    ops->attention_merge = attention_merge_avx512;
 }
 #endif

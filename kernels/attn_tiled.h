@@ -11,20 +11,26 @@
 //   SCORE_PAIRS             pairs scored at once (a tile's pairs in blocks)
 //   SCORE_POS(T)            positions scored at once by a tile of T pairs
 //   V_VECS                  vectors of dimensions 4 pairs accumulate at once
-// and get attention_tiled(a, kv_head_begin, kv_head_end) for head sizes
-// that are a multiple of VW.
+// and get attention_tiled(a, kv_head_begin, kv_head_end, segments) and
+// merge_tiled(a, pair_begin, pair_end, part, n_seg) for head sizes that are
+// a multiple of VW, up to ST_KERN_ATTN_HD_MAX.
 //
 // The (row, head) pairs sharing a KV head are taken up to ATTN_TILE at a
 // time, so each K and V row is read and converted once per tile rather than
 // once per pair; tiles of all KV heads of the call run chunk by chunk
 // (CHUNK positions) side by side, so a cache row [n_kv_heads][head_dim]
 // fetched for one head serves the others while it is in L2.  Softmax is
-// online: a running max and sum per pair, its accumulator (kept in `out`)
-// rescaled when the max grows.  A pair's result depends only on its own
-// query and position, never on M, its tile or the head range: chunk edges
-// are fixed multiples of CHUNK, each score is one chain over the head's
-// dimensions reduced by vf_sum4, whatever the number of positions scored
-// with it, and each V sum is one chain over positions.
+// online: a running max and sum per pair, its accumulator rescaled when the
+// max grows.  It restarts at every segment (ST_KERN_ATTN_SEG positions), and
+// the segments' partials are folded in order by fold_partial, in the call
+// (segment 0 accumulates in `out`, later ones in a buffer of the thread) or
+// by merge_tiled after ranks computed them apart.  A pair's result depends
+// only on its own query and position, never on M, its tile, the head range
+// or who computed which segment: chunk and segment edges are fixed
+// multiples of CHUNK, each score is one chain over the head's dimensions
+// reduced by vf_sum4, whatever the number of positions scored with it, each
+// V sum is one chain over a segment's positions, and the fold is the same
+// code on the same values either way.
 #include <math.h>
 #include <stdbool.h>
 
@@ -32,14 +38,24 @@
 #define BATCH 16 // tiles run side by side
 #define PREFETCH_ROWS 16
 #define SCORE_ACC 32 // most (pair, position) sums a score block holds
+#define SEG ST_KERN_ATTN_SEG
+#define PART_FLOATS(hd) ST_KERN_ATTN_PART_FLOATS(hd)
+_Static_assert(SEG % CHUNK == 0, "segments end at chunk edges");
 
 struct pair_state {
     const float *q;
-    float *acc; // [hd], in out: running sum of exp(score - mx) * v
-    int P;      // last position seen
-    float mx;   // running max of scores
-    float sum;  // running sum of exp(score - mx)
+    float *acc;  // [hd] the segment's running sum of exp(score - mx) * v
+    int P;       // last position seen
+    float mx;    // the segment's running max of scores
+    float sum;   // the segment's running sum of exp(score - mx)
+    float *out;  // [hd] the result: segments folded so far, then normalised
+    float *part; // [n_seg][PART_FLOATS(hd)] partials, when ranks split segments
+    float rm, rl; // max and sum of the segments folded into out
 };
+
+// Segments past the first accumulate here when one call folds them
+// (BATCH tiles of ATTN_TILE pairs).
+static _Thread_local float seg_acc[BATCH * ATTN_TILE * ST_KERN_ATTN_HD_MAX];
 
 // Rows to ask for while a block is scored: nk K rows from k (PREFETCH_ROWS
 // ahead), nv V rows from v (the block's own), a line every 64 bytes of the
@@ -279,19 +295,46 @@ static void tile_chunk(const struct st_kern_attn *a, struct tile *tl, int j0, in
     }
 }
 
-static void run_batch(const struct st_kern_attn *a, struct tile *tl, int nt)
+// out (max *rm, sum *rl) and a segment's partial (acc pa, max pm, sum pl)
+// into one: both sides rescaled to the larger max.  pm and *rm are finite
+// (a partial has at least one position).
+static void fold_partial(float *out, float *rm, float *rl, const float *pa, float pm, float pl, int hd)
 {
-    int jmax = 0;
-    for (int i = 0; i < nt; i++)
-        for (int t = 0; t < tl[i].n; t++) {
+    float m = pm > *rm ? pm : *rm, e[VW];
+    vf_store(e, vf_exp(vf_set1(*rm - m)));
+    float fr = e[0];
+    vf_store(e, vf_exp(vf_set1(pm - m)));
+    float fp = e[0];
+    VF vr = vf_set1(fr), vp = vf_set1(fp);
+    for (int d = 0; d < hd; d += VW) vf_store(out + d, vf_fma(vf_load(pa + d), vp, vf_mul(vf_load(out + d), vr)));
+    *rl = fmaf(pl, fp, *rl * fr);
+    *rm = m;
+}
+
+ST_INLINE void normalise(float *out, float sum, int hd)
+{
+    VF inv = vf_set1(1.0f / sum);
+    for (int d = 0; d < hd; d += VW) vf_store(out + d, vf_mul(vf_load(out + d), inv));
+}
+
+// Segment s of a batch's pairs, positions [s * SEG, s * SEG + SEG) up to
+// each pair's own: a fresh softmax per pair, its partial then folded into
+// out (one call for all segments) or stored in the pair's part.
+static void run_segment(const struct st_kern_attn *a, struct tile *tl, int nt, int s)
+{
+    int hd = a->head_dim, sb = s * SEG, jmax = sb;
+    for (int i = 0, n = 0; i < nt; i++)
+        for (int t = 0; t < tl[i].n; t++, n++) {
             struct pair_state *p = &tl[i].p[t];
+            p->acc = p->part ? p->part + (size_t)s * PART_FLOATS(hd) : s ? seg_acc + (size_t)n * hd : p->out;
             p->mx = -INFINITY;
             p->sum = 0.0f;
-            memset(p->acc, 0, sizeof(float) * a->head_dim);
+            memset(p->acc, 0, sizeof(float) * hd);
             jmax = p->P > jmax ? p->P : jmax;
         }
-    for (int j0 = 0; j0 <= jmax; j0 += CHUNK) {
-        int jn = jmax + 1 - j0 < CHUNK ? jmax + 1 - j0 : CHUNK;
+    int se = jmax + 1 < sb + SEG ? jmax + 1 : sb + SEG;
+    for (int j0 = sb; j0 < se; j0 += CHUNK) {
+        int jn = se - j0 < CHUNK ? se - j0 : CHUNK;
         for (int i = 0; i < nt; i++) {
             int tmax = 0;
             for (int t = 0; t < tl[i].n; t++) tmax = tl[i].p[t].P > tmax ? tl[i].p[t].P : tmax;
@@ -301,14 +344,58 @@ static void run_batch(const struct st_kern_attn *a, struct tile *tl, int nt)
     for (int i = 0; i < nt; i++)
         for (int t = 0; t < tl[i].n; t++) {
             struct pair_state *p = &tl[i].p[t];
-            VF inv = vf_set1(1.0f / p->sum);
-            for (int d = 0; d < a->head_dim; d += VW) vf_store(p->acc + d, vf_mul(vf_load(p->acc + d), inv));
+            if (p->P < sb) continue;
+            if (p->part) {
+                p->acc[hd] = p->mx;
+                p->acc[hd + 1] = p->sum;
+            } else if (s == 0) {
+                p->rm = p->mx;
+                p->rl = p->sum;
+            } else {
+                fold_partial(p->out, &p->rm, &p->rl, p->acc, p->mx, p->sum, hd);
+            }
         }
+}
+
+// Which segments a call computes: all of each pair's, folded into out
+// (part NULL), or [begin, end) into part.
+struct segments {
+    int begin, end;
+    float *part;
+    int n_seg;
+};
+
+static void run_batch(const struct st_kern_attn *a, struct tile *tl, int nt, struct segments sg)
+{
+    int jmax = 0;
+    for (int i = 0; i < nt; i++)
+        for (int t = 0; t < tl[i].n; t++) jmax = tl[i].p[t].P > jmax ? tl[i].p[t].P : jmax;
+    int end = jmax / SEG + 1 < sg.end ? jmax / SEG + 1 : sg.end;
+    for (int s = sg.begin; s < end; s++) run_segment(a, tl, nt, s);
+    if (sg.part) return;
+    for (int i = 0; i < nt; i++)
+        for (int t = 0; t < tl[i].n; t++) normalise(tl[i].p[t].out, tl[i].p[t].rl, a->head_dim);
+}
+
+// Pairs [pair_begin, pair_end) (pair = m * n_heads + h): their partials in
+// part folded in order into out, as one call folds them.
+static void merge_tiled(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part, int n_seg)
+{
+    int hd = a->head_dim;
+    size_t pf = PART_FLOATS(hd);
+    for (int i = pair_begin; i < pair_end; i++) {
+        const float *ps = part + (size_t)i * n_seg * pf;
+        float *out = a->out + (size_t)i * hd, rm = ps[hd], rl = ps[hd + 1];
+        memcpy(out, ps, sizeof(float) * hd);
+        for (int s = 1; s <= a->pos[i / a->n_heads] / SEG; s++)
+            fold_partial(out, &rm, &rl, ps + s * pf, ps[s * pf + hd], ps[s * pf + hd + 1], hd);
+        normalise(out, rl, hd);
+    }
 }
 
 // Tiles: rows in blocks of mb, so a tile holds mb rows x the heads of one
 // KV head (heads split further if a group exceeds ATTN_TILE).
-static void attention_tiled(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end)
+static void attention_tiled(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, struct segments sg)
 {
     int group = a->n_heads / a->n_kv_heads, hd = a->head_dim;
     int mb = group >= ATTN_TILE ? 1 : ATTN_TILE / group;
@@ -322,11 +409,13 @@ static void attention_tiled(const struct st_kern_attn *a, int kv_head_begin, int
             t->n = 0;
             for (int m = m0; m < m1; m++)
                 for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                    size_t off = ((size_t)m * a->n_heads + h) * hd;
-                    t->p[t->n++] = (struct pair_state){.q = a->q + off, .acc = a->out + off, .P = a->pos[m]};
+                    size_t pair = (size_t)m * a->n_heads + h;
+                    t->p[t->n++] = (struct pair_state){
+                        .q = a->q + pair * hd, .out = a->out + pair * hd, .P = a->pos[m],
+                        .part = sg.part ? sg.part + pair * sg.n_seg * PART_FLOATS(hd) : NULL};
                     if (t->n == ATTN_TILE) { // full: start another tile for the same KV head
                         if (++nt == BATCH) {
-                            run_batch(a, tl, nt);
+                            run_batch(a, tl, nt, sg);
                             nt = 0;
                         }
                         t = &tl[nt];
@@ -335,10 +424,10 @@ static void attention_tiled(const struct st_kern_attn *a, int kv_head_begin, int
                     }
                 }
             if (t->n && ++nt == BATCH) {
-                run_batch(a, tl, nt);
+                run_batch(a, tl, nt, sg);
                 nt = 0;
             }
         }
     }
-    if (nt) run_batch(a, tl, nt);
+    if (nt) run_batch(a, tl, nt, sg);
 }

@@ -195,6 +195,34 @@ struct st_kern_attn {
 void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                        float *scratch);
 
+// Long contexts split by positions.  The SIMD levels take positions in
+// segments of ST_KERN_ATTN_SEG: a (row, head) pair's softmax runs over each
+// segment on its own and the segments' partials are folded in order, so the
+// result is the same bits whether one st_kern_attention call does it all or
+// ranks compute segments apart (st_kern_attention_part, each reading a
+// contiguous stretch of the cache for all its KV heads) and fold them after
+// (st_kern_attention_merge).
+#define ST_KERN_ATTN_SEG 512
+#define ST_KERN_ATTN_HD_MAX 256
+// Floats of one (row, head, segment) partial: acc[head_dim], max, sum, padding.
+#define ST_KERN_ATTN_PART_FLOATS(hd) ((size_t)(hd) + 16)
+
+// True if the level in use computes a's shape by segments (not the scalar
+// reference, nor head sizes it hands to it).
+bool st_kern_attention_splits(const struct st_kern_attn *a);
+// Segments [seg_begin, seg_end) of the query heads of KV heads
+// [kv_head_begin, kv_head_end), all M rows: the partial of (row m, head h,
+// segment s) goes to part + ((m * n_heads + h) * n_seg + s) *
+// ST_KERN_ATTN_PART_FLOATS(head_dim), for the segments that hold positions
+// up to the row's own.  n_seg: segments per pair in part, >= the segments
+// of n_ctx.
+void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, int seg_begin,
+                            int seg_end, float *part, int n_seg);
+// The result of pairs [pair_begin, pair_end) (pair = m * n_heads + h) from
+// all their partials into a->out.
+void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
+                             int n_seg);
+
 // ---------------------------------------------------------------------------
 // Element-wise and row ops.
 
@@ -251,6 +279,11 @@ struct st_kern_ops {
     st_kern_mm_fn mm[ST_KERN_RUN_MAX]; // every run format
     void (*attention)(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                       float *scratch);
+    // NULL where the level does not split by segments.
+    void (*attention_part)(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end, int seg_begin,
+                           int seg_end, float *part, int n_seg);
+    void (*attention_merge)(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
+                            int n_seg);
     void (*rmsnorm)(const float *x, const float *w, float *y, int64_t n, float eps);
     void (*rope_apply)(float *x, int head_begin, int head_end, int head_dim, int n_rot,
                        const float *cs);

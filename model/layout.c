@@ -1,5 +1,7 @@
 #include "model/layout.h"
 
+#include "kernels/kernels.h"
+
 static uint64_t take(uint64_t *at, uint64_t bytes)
 {
     uint64_t off = (*at + 63) & ~UINT64_C(63);
@@ -26,6 +28,11 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
         s->kvd_max = max_u32(s->kvd_max, hp[i]->n_head_kv * hp[i]->head_dim);
         s->ff_max = max_u32(s->ff_max, hp[i]->n_ff);
     }
+    s->attn_segs = (n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
+    for (uint32_t i = 0; i < n_models; i++) {
+        uint64_t row = (uint64_t)hp[i]->n_head * ST_KERN_ATTN_PART_FLOATS(hp[i]->head_dim) * s->attn_segs;
+        s->attn_part_row = row > s->attn_part_row ? row : s->attn_part_row;
+    }
     uint64_t M = m_max, V = s->n_vocab, K1 = k_max + 1, at = 0;
     s->x = take(&at, M * s->d_max * 4);
     s->tmp = take(&at, M * s->d_max * 4);
@@ -43,6 +50,7 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
     s->draft_probs = take(&at, (uint64_t)k_max * V * 4);
     s->target_argmax = take(&at, K1 * 4);
     s->target_probs = take(&at, K1 * V * 4);
+    s->attn_part = take(&at, K1 * s->attn_part_row * 4);
     uint64_t widest = max_u32(max_u32(s->d_max, s->ff_max), s->qd_max), r = 0;
     s->rank_xn = take(&r, M * widest * 4);
     s->rank_act = take(&r, M * s->act_row_max);

@@ -85,6 +85,11 @@ struct st_scratch_layout {
     uint64_t draft_probs;  // float [k_max][n_vocab] (stochastic drafts)
     uint64_t target_argmax; // uint32 [k_max + 1]
     uint64_t target_probs; // float [k_max + 1][n_vocab] (stochastic verify)
+    uint32_t attn_segs;    // attention segments of n_ctx (kernels.h: ST_KERN_ATTN_SEG)
+    uint64_t attn_part_row; // floats of one row's partials: max over models of n_head x
+                            // ST_KERN_ATTN_PART_FLOATS(head_dim) x attn_segs
+    uint64_t attn_part;    // float [k_max + 1][attn_part_row]: decode and verify rows' attention
+                           // partials, when ranks split a long context by positions
     uint64_t total;
 };
 

@@ -1,6 +1,7 @@
 // The fast path (worker processes, SIMD kernels, shared-memory KV) against
-// llama.cpp's logits for every row of shared/golden/manifest.tsv, and greedy
-// decoding after p101 for F32/F16/Q8_0 models.
+// llama.cpp's logits for every row of shared/golden/manifest.tsv, greedy
+// decoding after p101 for F32/F16/Q8_0 models, and a context longer than one
+// attention segment against the reference forward.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "model/llama_ref.h"
 #include "tests/support/engine_support.h"
 #include "tests/support/test_support.h"
 
@@ -64,6 +66,56 @@ static void test_engine_greedy64(void **state)
     assert_true(checked >= 4);
 }
 
+// 1000 positions, fed 9 rows at a time (k_max + 1, as decode and verify
+// steps are): past position 512 the ranks split attention by segments of
+// positions and fold the partials.  The reference forward (float64, one
+// batch) is the independent side, held to the README's bounds.
+static void test_engine_long_context(void **state)
+{
+    (void)state;
+    static const char *models[] = {"models/pico-target.f16.gguf", "models/pico-target.q8_0.gguf",
+                                   "models/pico-draft.f16.gguf"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        struct st_golden_row *r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        snprintf(r->model, sizeof r->model, "%s", models[i]);
+        snprintf(r->prompt, sizeof r->prompt, "long1000");
+        char path[1024];
+        struct st_error e;
+        struct st_llama_model *m;
+        if (st_llama_open(st_test_shared(r->model, path, sizeof path), &m, &e)) fail_msg("%s", e.msg);
+        r->n_vocab = m->hp.n_vocab;
+        r->n_prompt = 1000;
+        uint32_t x = 12345;
+        r->prompt_ids[0] = 1;
+        for (uint32_t k = 1; k < r->n_prompt; k++) {
+            x = x * 1103515245u + 12345u;
+            r->prompt_ids[k] = (int32_t)((x >> 8) % r->n_vocab);
+        }
+        size_t n = (size_t)r->n_prompt * r->n_vocab;
+        float *ref = malloc(n * sizeof(float)), *ours = malloc(n * sizeof(float));
+        assert_non_null(ref);
+        assert_non_null(ours);
+        struct st_ref_state *s;
+        assert_int_equal(st_ref_new(m, r->n_prompt, &s, &e), 0);
+        assert_int_equal(st_ref_forward(s, r->prompt_ids, r->n_prompt, 0, ref, &e), 0);
+        st_ref_free(&s);
+        st_llama_close(&m);
+        struct st_test_engine t;
+        assert_int_equal(st_test_engine_open(&t, r->model, NULL, 2, 1, 1), 0);
+        if (st_engine_logits(t.eng, 0, r->prompt_ids, r->n_prompt, ours, &e)) fail_msg("%s", e.msg);
+        st_test_engine_close(&t);
+        double worst;
+        char msg[512];
+        int rc = st_golden_check(r, ref, ours, &worst, msg, sizeof msg);
+        printf("  %-34s %s  max |diff| / std = %.4f (against the reference forward)\n", r->model, r->prompt, worst);
+        if (rc) fail_msg("%s", msg);
+        free(ref);
+        free(ours);
+        free(r);
+    }
+}
+
 int main(void)
 {
     n_rows = st_golden_load(&rows);
@@ -71,6 +123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_logits),
         cmocka_unit_test(test_engine_greedy64),
+        cmocka_unit_test(test_engine_long_context),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(rows);

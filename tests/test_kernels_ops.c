@@ -87,6 +87,10 @@ static void test_attention(void **state)
         {24, 8, 128, 300, 5, {299, 298, 64, 63, 130}},          // a 3B model's heads: full and partial tiles
         {4, 2, 80, 70, 3, {69, 10, 64}},                       // V in blocks with a remainder
         {6, 2, 48, 21, 2, {20, 6}},
+        // Several segments: rows ending in different ones, at their edges.
+        {24, 8, 128, 1300, 5, {1299, 1024, 1023, 511, 512}},
+        {8, 2, 64, 1100, 3, {1099, 0, 700}},
+        {6, 2, 48, 600, 2, {599, 513}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const struct attn_case *k = &cases[c];
@@ -126,6 +130,29 @@ static void test_attention(void **state)
                 one.M = 1;
                 ops->attention(&one, 0, k->n_kv, scratch);
                 assert_memory_equal(out + m * row, out2, row * 4);
+            }
+            // Segments computed apart (one call per segment and KV head, in
+            // reverse) and folded after: same bits as one call.
+            if (ops->attention_part && k->hd % 8 == 0) {
+                int n_seg = (k->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG + 1; // one to spare
+                size_t pn = (size_t)k->M * k->n_heads * n_seg * ST_KERN_ATTN_PART_FLOATS(k->hd);
+                float *part = xmalloc(pn * 4);
+                for (size_t i = 0; i < pn; i++) part[i] = NAN; // a partial read but never written shows
+                for (int s = n_seg - 1; s >= 0; s--)
+                    for (int h = k->n_kv - 1; h >= 0; h--) ops->attention_part(&a, h, h + 1, s, s + 1, part, n_seg);
+                memset(out2, 0, qn * 4);
+                int pairs = k->M * k->n_heads;
+                ops->attention_merge(&a, pairs / 2, pairs, part, n_seg);
+                ops->attention_merge(&a, 0, pairs / 2, part, n_seg);
+                assert_memory_equal(out, out2, qn * 4);
+                // All segments and heads in one part call: the same partials.
+                float *part2 = xmalloc(pn * 4);
+                memcpy(part2, part, pn * 4);
+                ops->attention_part(&a, 0, k->n_kv, 0, n_seg, part2, n_seg);
+                ops->attention_merge(&a, 0, pairs, part2, n_seg);
+                assert_memory_equal(out, out2, qn * 4);
+                free(part);
+                free(part2);
             }
         }
         // Through the public entry point.

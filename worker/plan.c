@@ -92,6 +92,7 @@ int st_plan_build(struct st_plan *p, const void *weights, uint64_t wbytes, void 
     p->draft_probs = (float *)(s + sl->draft_probs);
     p->target_argmax = (uint32_t *)(s + sl->target_argmax);
     p->target_probs = (float *)(s + sl->target_probs);
+    p->attn_part = (float *)(s + sl->attn_part);
     uint8_t *mine = s + sl->per_rank + sl->per_rank_bytes * rank;
     p->xn = (float *)(mine + sl->rank_xn);
     p->act = mine + sl->rank_act;

@@ -1,8 +1,9 @@
 // A worker's execution plan: every buffer of both models' forward passes
 // resolved in the region once, at start.  Nothing is allocated, built or
 // spawned per step; all ranks of the set run every op together, splitting
-// matrix rows by dynamically claimed chunks and attention by KV heads, and
-// meet at the set's barrier between dependent ops.
+// matrix rows by dynamically claimed chunks and attention by KV heads (and,
+// for decode and verify rows over a long context, by segments of
+// positions), and meet at the set's barrier between dependent ops.
 #ifndef ST_WORKER_PLAN_H
 #define ST_WORKER_PLAN_H
 
@@ -59,6 +60,7 @@ struct st_plan {
     uint32_t *draft_tokens, *draft_kept, *target_argmax;
     uint64_t *step_ns; // [draft, verify] nanoseconds of the last step, rank 0 writes
     float *draft_probs, *target_probs;
+    float *attn_part; // attention partials of a long context split by positions
     // This rank's own scratch.
     float *xn;          // [m_max][widest] normalised rows
     uint8_t *act;       // [m_max][act_row_max] quantised activations
