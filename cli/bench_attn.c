@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_attn_ranks.h"
 #include "cli/bench_util.h"
 #include "kernels/kernels.h"
 
@@ -22,20 +23,20 @@
 struct attn_opts {
     uint32_t lengths[MAX_LIST], ms[MAX_LIST];
     int n_lengths, n_ms;
-    int layers, trials, n_heads, n_kv, head_dim;
+    int layers, trials, n_heads, n_kv, head_dim, threads;
 };
 
 static int usage(void)
 {
     fprintf(stderr, "usage: subternary bench attn [--lengths N,...] [--m M,...] [--layers L]\n"
-                    "       [--shape HEADS/KV_HEADS/HEAD_DIM] [--trials N]\n");
+                    "       [--shape HEADS/KV_HEADS/HEAD_DIM] [--trials N] [--threads N]\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, struct attn_opts *o)
 {
     *o = (struct attn_opts){.lengths = {128, 1024, 4096, 8192}, .n_lengths = 4, .ms = {1, 4}, .n_ms = 2,
-                            .layers = 28, .trials = 5, .n_heads = 24, .n_kv = 8, .head_dim = 128};
+                            .layers = 28, .trials = 5, .n_heads = 24, .n_kv = 8, .head_dim = 128, .threads = 1};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -47,6 +48,8 @@ static int parse(int argc, char **argv, struct attn_opts *o)
             o->layers = atoi(v);
         else if (!strcmp(argv[i], "--trials"))
             o->trials = atoi(v);
+        else if (!strcmp(argv[i], "--threads"))
+            o->threads = atoi(v);
         else if (!strcmp(argv[i], "--shape")) {
             if (sscanf(v, "%d/%d/%d", &o->n_heads, &o->n_kv, &o->head_dim) != 3) return usage();
         } else
@@ -54,7 +57,8 @@ static int parse(int argc, char **argv, struct attn_opts *o)
         i++;
     }
     if (o->n_lengths < 1 || o->n_ms < 1 || o->layers < 1 || o->trials < 1 || o->n_kv < 1 || o->head_dim < 1 ||
-        o->n_heads < o->n_kv || o->n_heads % o->n_kv || o->n_heads > 1024 || o->head_dim > 1024)
+        o->n_heads < o->n_kv || o->n_heads % o->n_kv || o->n_heads > 1024 || o->head_dim > 1024 || o->threads < 1 ||
+        o->threads > 256)
         return usage();
     for (int i = 0; i < o->n_lengths; i++)
         if (o->lengths[i] < 1 || o->lengths[i] > (1u << 20)) return usage();
@@ -89,6 +93,36 @@ static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint3
         }
 }
 
+// --threads N: the level in use, split by KV heads and by segments.
+static int ranks_table(const struct attn_opts *o, uint16_t **k, uint16_t **v, const float *q, float *out)
+{
+    size_t row = (size_t)o->n_kv * o->head_dim;
+    st_kern_init();
+    printf("bench attn: %d heads / %d KV heads x %d, %d layers, %d threads (%s), best of %d; ms a layer, GB/s of "
+           "KV read\n",
+           o->n_heads, o->n_kv, o->head_dim, o->layers, o->threads, st_kern_level_name(st_kern_cpu.level), o->trials);
+    printf(" context   M  by heads ms   GB/s  by segments ms   GB/s  heads/segments  workers split by\n");
+    for (int i = 0; i < o->n_lengths; i++)
+        for (int j = 0; j < o->n_ms; j++) {
+            uint32_t n_ctx = o->lengths[i], M = o->ms[j] < n_ctx ? o->ms[j] : n_ctx;
+            int32_t pos[64];
+            for (uint32_t m = 0; m < M; m++) pos[m] = (int32_t)(n_ctx - M + m);
+            struct st_kern_attn a = {.q = q, .out = out, .pos = pos, .M = (int)M, .n_heads = o->n_heads,
+                                     .n_kv_heads = o->n_kv, .head_dim = o->head_dim, .n_ctx = (int)n_ctx,
+                                     .scale = 1.0f / sqrtf((float)o->head_dim)};
+            double best[2];
+            if (st_bench_attn_ranks(k, v, o->layers, &a, o->threads, o->trials, best)) return 1;
+            double gb = 2.0 * n_ctx * row * sizeof(uint16_t) / 1e9;
+            printf("%8u %3u  %11.4f %6.1f", n_ctx, M, best[0] * 1e3, gb / best[0]);
+            const char *pick = st_kern_attention_split_pays(&a, o->threads) ? "segments" : "heads";
+            if (best[1] > 0)
+                printf("  %14.4f %6.1f  %13.2fx  %s\n", best[1] * 1e3, gb / best[1], best[0] / best[1], pick);
+            else
+                printf("  %14s %6s  %14s  %s\n", "-", "-", "one segment", pick);
+        }
+    return 0;
+}
+
 int st_bench_attn(int argc, char **argv)
 {
     struct attn_opts o;
@@ -117,6 +151,10 @@ int st_bench_attn(int argc, char **argv)
         }
     }
     for (size_t i = 0; i < qn; i++) q[i] = (float)((i * 7919) % 200) / 100.0f - 1.0f;
+    if (o.threads > 1) {
+        rc = ranks_table(&o, k, v, q, out);
+        goto fail;
+    }
     printf("bench attn: %d heads / %d KV heads x %d, %d layers, one thread, best of %d; ms a layer, GB/s of KV read\n",
            o.n_heads, o.n_kv, o.head_dim, o.layers, o.trials);
     printf(" context   M");

@@ -96,6 +96,20 @@ void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int
     st_kern_ops_active()->attention_part(a, kv_head_begin, kv_head_end, seg_begin, seg_end, part, n_seg);
 }
 
+void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_items, int *head_ranges)
+{
+    int n_seg = (a->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG, hs = 1;
+    while (hs < a->n_kv_heads && (n_seg * hs < 4 * n_ranks || a->n_kv_heads % hs)) hs++;
+    *n_items = n_seg * hs;
+    *head_ranges = hs;
+}
+
+bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks)
+{
+    int n_seg = (a->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
+    return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 4) || n_ranks > a->n_kv_heads);
+}
+
 void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
                              int n_seg)
 {

@@ -222,6 +222,18 @@ void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int
 // all their partials into a->out.
 void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,
                              int n_seg);
+// How n_ranks ranks split a's positions: items of (segment, range of
+// n_kv_heads / *head_ranges KV heads), segment-major, *n_items of them.
+// Head ranges are split only as far as it takes to give every rank a few
+// items: a whole row of the cache is then read by one rank, in stretches
+// of ST_KERN_ATTN_SEG rows.
+void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_items, int *head_ranges);
+// Whether n_ranks ranks should split a by segments rather than by KV heads
+// (and the level can): a one-row decode over 4 segments or more, read from
+// memory at a rate the split raises, or more ranks than KV heads.  Rows of a
+// verify are bound by arithmetic, and there two ranks were 3-14% slower by
+// segments (bench attn --threads 2, Zen 5).
+bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks);
 
 // ---------------------------------------------------------------------------
 // Element-wise and row ops.

@@ -1,6 +1,7 @@
 // `subternary bench attn`: the real binary prints a row per (context, M)
-// with a figure for every SIMD level this CPU has, and refuses impossible
-// shapes with the usage (exit 2).
+// with a figure for every SIMD level this CPU has, with --threads both
+// splits of the level in use, and refuses impossible shapes with the usage
+// (exit 2).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,11 +42,30 @@ static void test_rows(void **state)
     if (st_kern_ops_get(ST_KERN_LEVEL_AVX512) && !strstr(out, "avx512/avx2")) fail_msg("no ratio in:\n%s", out);
 }
 
+static void test_threads(void **state)
+{
+    (void)state;
+    const char *args[] = {"bench", "attn", "--lengths", "40,1100", "--m", "1", "--layers", "2", "--shape", "6/2/64",
+                          "--trials", "1", "--threads", "2", NULL};
+    int rc = st_run_cli(out, sizeof out, args);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    if (!strstr(out, "2 threads")) fail_msg("no header in:\n%s", out);
+    const char *one = strstr(out, "\n      40   1"), *three = strstr(out, "\n    1100   1");
+    if (!one || !three) fail_msg("rows missing in:\n%s", out);
+    double h, hg, sgm, sg, ratio;
+    assert_int_equal(sscanf(one + 14, "%lf %lf", &h, &hg), 2);
+    assert_true(h > 0 && strstr(one, "one segment") < strstr(one + 1, "\n"));
+    st_kern_init();
+    if (!st_kern_ops_get(ST_KERN_LEVEL_AVX2)) return; // the reference: split by heads only
+    assert_int_equal(sscanf(three + 14, "%lf %lf %lf %lf %lfx", &h, &hg, &sgm, &sg, &ratio), 5);
+    assert_true(h > 0 && sgm > 0 && ratio > 0);
+}
+
 static void test_bad_shapes(void **state)
 {
     (void)state;
     const char *bad[][3] = {{"--shape", "6/4/64", NULL}, {"--m", "0", NULL}, {"--lengths", "x", NULL},
-                            {"--layers", "0", NULL}, {"--trials", NULL, NULL}};
+                            {"--layers", "0", NULL}, {"--trials", NULL, NULL}, {"--threads", "0", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *args[] = {"bench", "attn", bad[i][0], bad[i][1], NULL};
         assert_int_equal(st_run_cli(out, sizeof out, args), 2);
@@ -55,6 +75,7 @@ static void test_bad_shapes(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_bad_shapes)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_threads),
+                                       cmocka_unit_test(test_bad_shapes)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,25 +147,22 @@ static void rope_store(struct st_plan *p, const struct st_llama_hparams *hp, uin
 }
 
 // A long context's attention split by positions: every rank takes items of
-// (segment, KV-head range), so each reads whole stretches of cache rows
-// rather than every rank a part of each row (at 8192 positions, two ranks
-// on Zen 5: 0.84 against 0.99 ms a layer split by heads); heads are split
-// only as far as it takes to give every rank a few items.  The keys must be
-// stored first, the partials folded after: two barriers more.
-static int attention_split(struct st_plan *p, const struct st_llama_hparams *hp, const struct st_kern_attn *a,
-                           uint32_t n_seg, double *t)
+// (segment, KV-head range) (st_kern_attention_items), so each reads whole
+// stretches of cache rows rather than every rank a part of each row.  The
+// keys must be stored first, the partials folded after: two barriers more.
+static int attention_split(struct st_plan *p, const struct st_kern_attn *a, double *t)
 {
-    uint32_t n_kv = hp->n_head_kv, hs = 1;
-    while (hs < n_kv && (n_seg * hs < 4 * p->n_ranks || n_kv % hs)) hs++;
+    int items, hs, hn = a->n_kv_heads;
+    st_kern_attention_items(a, (int)p->n_ranks, &items, &hs);
+    hn /= hs;
     account(p, ST_OP_ATTN, t, 0);
     if (st_plan_sync(p)) return -1;
     *t = p->timing ? now_s() : 0;
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
     uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)n_seg * hs, &b, &e)) {
-        int s = (int)(b / hs), h = (int)(b % hs);
-        st_kern_attention_part(a, (int)(h * (n_kv / hs)), (int)((h + 1) * (n_kv / hs)), s, s + 1, p->attn_part,
-                               (int)p->sl.attn_segs);
+    while (st_work_claim(wc, 1, (uint64_t)items, &b, &e)) {
+        int s = (int)b / hs, h = (int)b % hs;
+        st_kern_attention_part(a, h * hn, (h + 1) * hn, s, s + 1, p->attn_part, (int)p->sl.attn_segs);
     }
     account(p, ST_OP_ATTN, t, 0);
     if (st_plan_sync(p)) return -1;
@@ -192,9 +189,9 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
     struct st_kern_attn a = {.q = p->q, .k = kr, .v = vr, .out = p->att, .pos = p->pos, .M = (int)M,
                              .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
                              .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
-    // Decode and verify rows (the partials' room) past one segment.
+    // Decode and verify rows (the partials' room), where it pays.
     uint32_t n_seg = (pos0 + M + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
-    bool split = n_seg > 1 && n_seg <= p->sl.attn_segs && M <= p->sl.k_max + 1 && st_kern_attention_splits(&a);
+    bool split = n_seg <= p->sl.attn_segs && M <= p->sl.k_max + 1 && st_kern_attention_split_pays(&a, (int)p->n_ranks);
     // KV heads are claimed in ranges: one attention call then reads each
     // cache row once for all the heads of its range.
     uint64_t chunk = hp->n_head_kv / p->n_ranks > 1 ? hp->n_head_kv / p->n_ranks : 1;
@@ -204,7 +201,7 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
         rope_store(p, hp, M, kw, vw, h0, h1);
         if (!split) st_kern_attention(&a, (int)h0, (int)h1, p->attn_scratch);
     }
-    return split ? attention_split(p, hp, &a, n_seg, t) : 0;
+    return split ? attention_split(p, &a, t) : 0;
 }
 
 // Vocabulary projection of the last n rows, with this rank's argmax partials.

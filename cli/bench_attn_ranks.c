@@ -1,0 +1,124 @@
+// `subternary bench attn --threads N` (see cli/bench_attn_ranks.h).  The
+// threads meet at the worker sets' own barrier and claim work from its
+// counters, as ranks do in worker/forward.c.
+#include "cli/bench_attn_ranks.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cli/bench_util.h"
+#include "shm/sync.h"
+
+struct rig {
+    uint16_t *const *k, *const *v;
+    int layers, threads, trials;
+    struct st_kern_attn shape;
+    float *part, **scratch;
+    int n_seg;
+    struct st_barrier barrier;
+    double best[2];
+};
+
+struct thread {
+    struct rig *r;
+    int rank;
+    pthread_t th;
+};
+
+// Fails only when the barrier was aborted (threads that could not start).
+static int sync_all(struct rig *r)
+{
+    struct st_error e;
+    return st_barrier_wait(&r->barrier, 0, &e);
+}
+
+// One layer's attention, this rank's share of it.
+static int layer(struct rig *r, int rank, struct st_kern_attn *a, int split)
+{
+    struct st_work_counter *wc = st_barrier_work(&r->barrier, 0);
+    uint64_t b, e;
+    if (!split) {
+        uint64_t chunk = a->n_kv_heads / r->threads > 1 ? (uint64_t)a->n_kv_heads / r->threads : 1;
+        while (st_work_claim(wc, chunk, (uint64_t)a->n_kv_heads, &b, &e))
+            st_kern_attention(a, (int)b, (int)e, r->scratch[rank]);
+        return 0;
+    }
+    int items, hs;
+    st_kern_attention_items(a, r->threads, &items, &hs);
+    int hn = a->n_kv_heads / hs;
+    while (st_work_claim(wc, 1, (uint64_t)items, &b, &e))
+        st_kern_attention_part(a, (int)b % hs * hn, ((int)b % hs + 1) * hn, (int)b / hs, (int)b / hs + 1, r->part,
+                               r->n_seg);
+    if (sync_all(r)) return -1;
+    uint64_t pairs = (uint64_t)a->M * a->n_heads, chunk = pairs / (4 * (uint64_t)r->threads);
+    wc = st_barrier_work(&r->barrier, 0);
+    while (st_work_claim(wc, chunk ? chunk : 1, pairs, &b, &e))
+        st_kern_attention_merge(a, (int)b, (int)e, r->part, r->n_seg);
+    return 0;
+}
+
+static void *run(void *arg)
+{
+    struct thread *t = arg;
+    struct rig *r = t->r;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(t->rank % (ncpu > 0 ? ncpu : 1), &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    struct st_kern_attn a = r->shape;
+    for (int trial = 0; trial < r->trials; trial++)
+        for (int split = 0; split < (r->n_seg > 1 ? 2 : 1); split++) {
+            if (sync_all(r)) return NULL;
+            double t0 = st_bench_seconds();
+            for (int l = 0; l < r->layers; l++) {
+                a.k = r->k[l];
+                a.v = r->v[l];
+                if (layer(r, t->rank, &a, split) || sync_all(r)) return NULL;
+            }
+            double s = (st_bench_seconds() - t0) / r->layers;
+            if (t->rank == 0 && (r->best[split] < 0 || s < r->best[split])) r->best[split] = s;
+        }
+    return NULL;
+}
+
+int st_bench_attn_ranks(uint16_t *const *k, uint16_t *const *v, int layers, const struct st_kern_attn *shape,
+                        int threads, int trials, double best[2])
+{
+    struct rig r = {.k = k, .v = v, .layers = layers, .threads = threads, .trials = trials, .shape = *shape,
+                    .n_seg = (shape->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG, .best = {-1, -1}};
+    if (r.n_seg > 1 && !st_kern_attention_splits(shape)) r.n_seg = 1; // the level cannot: heads only
+    size_t pn = (size_t)shape->M * shape->n_heads * r.n_seg * ST_KERN_ATTN_PART_FLOATS(shape->head_dim);
+    struct thread *th = calloc((size_t)threads, sizeof *th);
+    r.part = malloc(pn * sizeof(float));
+    r.scratch = calloc((size_t)threads, sizeof *r.scratch);
+    int rc = -1, started = 0;
+    if (!th || !r.part || !r.scratch) goto out;
+    for (int i = 0; i < threads; i++)
+        if (!(r.scratch[i] = malloc((size_t)shape->n_ctx * sizeof(float)))) goto out;
+    st_barrier_init(&r.barrier, (uint32_t)threads, ST_BARRIER_DEFAULT_SPIN_NS);
+    for (; started < threads; started++) {
+        th[started] = (struct thread){.r = &r, .rank = started};
+        if (pthread_create(&th[started].th, NULL, run, &th[started])) break;
+    }
+    if (started < threads) {
+        // The started ones wait at the barrier for the rest: abort it.
+        st_barrier_abort(&r.barrier);
+        fprintf(stderr, "subternary bench attn: could not start %d threads\n", threads);
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i].th, NULL);
+    if (started == threads) {
+        best[0] = r.best[0];
+        best[1] = r.best[1];
+        rc = 0;
+    }
+out:
+    for (int i = 0; r.scratch && i < threads; i++) free(r.scratch[i]);
+    free(r.scratch);
+    free(r.part);
+    free(th);
+    return rc;
+}
