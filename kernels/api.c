@@ -107,7 +107,7 @@ void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_i
 bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks)
 {
     int n_seg = (a->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
-    return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 4) || n_ranks > a->n_kv_heads);
+    return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 8) || n_ranks > a->n_kv_heads);
 }
 
 void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int pair_end, const float *part,

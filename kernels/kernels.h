@@ -229,10 +229,12 @@ void st_kern_attention_merge(const struct st_kern_attn *a, int pair_begin, int p
 // of ST_KERN_ATTN_SEG rows.
 void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_items, int *head_ranges);
 // Whether n_ranks ranks should split a by segments rather than by KV heads
-// (and the level can): a one-row decode over 4 segments or more, read from
-// memory at a rate the split raises, or more ranks than KV heads.  Rows of a
-// verify are bound by arithmetic, and there two ranks were 3-14% slower by
-// segments (bench attn --threads 2, Zen 5).
+// (and the level can): a one-row decode over 8 segments or more, read from
+// memory at a rate the split raises, or more ranks than KV heads.  Two
+// ranks, Zen 5 (bench attn --threads 2, runs in several phases of the
+// host): one row 1.02-1.24x faster by segments at 4096-8192, 0.92-1.03x at
+// 2048, 0.92-0.94x at 1024; rows of a verify, bound by arithmetic, mostly
+// 3-14% slower.
 bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks);
 
 // ---------------------------------------------------------------------------
