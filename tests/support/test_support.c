@@ -171,3 +171,13 @@ int st_golden_check(const struct st_golden_row *r, const float *golden, const fl
     }
     return 0;
 }
+
+int st_golden_report(const struct st_golden_row *r, const float *golden, const float *ours, const char *against,
+                     char *msg, size_t cap)
+{
+    double worst;
+    int rc = st_golden_check(r, golden, ours, &worst, msg, cap);
+    printf("  %-34s %s  max |diff| / std = %.4f%s%s%s\n", r->model, r->prompt, worst, against ? " (against " : "",
+           against ? against : "", against ? ")" : "");
+    return rc;
+}

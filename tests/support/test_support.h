@@ -32,6 +32,10 @@ float *st_golden_logits(const struct st_golden_row *r);
 // |difference| / std over all positions.  On failure msg says where.
 int st_golden_check(const struct st_golden_row *r, const float *golden, const float *ours, double *worst,
                     char *msg, size_t cap);
+// st_golden_check, then one line naming the row and its worst difference
+// (and `against`, if not NULL, the side compared with).  Returns its result.
+int st_golden_report(const struct st_golden_row *r, const float *golden, const float *ours, const char *against,
+                     char *msg, size_t cap);
 // A private temporary directory for one test binary: the group setup and
 // teardown of cmocka create and remove it; st_tmp names a file in it (the
 // last 8 results stay valid).
