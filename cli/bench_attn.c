@@ -67,16 +67,24 @@ static int parse(int argc, char **argv, struct attn_opts *o)
     return 0;
 }
 
+// The last M rows of a context of n_ctx positions (pos[M], filled here);
+// K and V are set per layer.
+static struct st_kern_attn shape(const struct attn_opts *o, uint32_t n_ctx, uint32_t M, const float *q, float *out,
+                                 int32_t *pos)
+{
+    for (uint32_t m = 0; m < M; m++) pos[m] = (int32_t)(n_ctx - M + m);
+    return (struct st_kern_attn){.q = q, .out = out, .pos = pos, .M = (int)M, .n_heads = o->n_heads,
+                                 .n_kv_heads = o->n_kv, .head_dim = o->head_dim, .n_ctx = (int)n_ctx,
+                                 .scale = 1.0f / sqrtf((float)o->head_dim)};
+}
+
 // Seconds a layer in a pass over all layers, best of the trials, per SIMD
 // level (best[l] < 0: the CPU lacks level l).
 static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint32_t n_ctx, uint32_t M,
                     const float *q, float *out, float *scratch, double best[ST_KERN_LEVEL_COUNT])
 {
     int32_t pos[64];
-    for (uint32_t m = 0; m < M; m++) pos[m] = (int32_t)(n_ctx - M + m);
-    struct st_kern_attn a = {.q = q, .out = out, .pos = pos, .M = (int)M, .n_heads = o->n_heads,
-                             .n_kv_heads = o->n_kv, .head_dim = o->head_dim, .n_ctx = (int)n_ctx,
-                             .scale = 1.0f / sqrtf((float)o->head_dim)};
+    struct st_kern_attn a = shape(o, n_ctx, M, q, out, pos);
     for (int l = 0; l < ST_KERN_LEVEL_COUNT; l++) best[l] = -1.0;
     for (int t = 0; t < o->trials; t++)
         for (int l = ST_KERN_LEVEL_AVX2; l < ST_KERN_LEVEL_COUNT; l++) {
@@ -106,10 +114,7 @@ static int ranks_table(const struct attn_opts *o, uint16_t **k, uint16_t **v, co
         for (int j = 0; j < o->n_ms; j++) {
             uint32_t n_ctx = o->lengths[i], M = o->ms[j] < n_ctx ? o->ms[j] : n_ctx;
             int32_t pos[64];
-            for (uint32_t m = 0; m < M; m++) pos[m] = (int32_t)(n_ctx - M + m);
-            struct st_kern_attn a = {.q = q, .out = out, .pos = pos, .M = (int)M, .n_heads = o->n_heads,
-                                     .n_kv_heads = o->n_kv, .head_dim = o->head_dim, .n_ctx = (int)n_ctx,
-                                     .scale = 1.0f / sqrtf((float)o->head_dim)};
+            struct st_kern_attn a = shape(o, n_ctx, M, q, out, pos);
             double best[2];
             if (st_bench_attn_ranks(k, v, o->layers, &a, o->threads, o->trials, best)) return 1;
             double gb = 2.0 * n_ctx * row * sizeof(uint16_t) / 1e9;

@@ -1,6 +1,6 @@
 // `subternary bench attn --threads N` (see cli/bench_attn_ranks.h).  The
 // threads meet at the worker sets' own barrier and claim work from its
-// counters, as ranks do in worker/forward.c.
+// counters through the ranks' own functions (worker/attn_split.h).
 #include "cli/bench_attn_ranks.h"
 
 #include <pthread.h>
@@ -11,6 +11,7 @@
 
 #include "cli/bench_util.h"
 #include "shm/sync.h"
+#include "worker/attn_split.h"
 
 struct rig {
     uint16_t *const *k, *const *v;
@@ -38,25 +39,17 @@ static int sync_all(struct rig *r)
 // One layer's attention, this rank's share of it.
 static int layer(struct rig *r, int rank, struct st_kern_attn *a, int split)
 {
-    struct st_work_counter *wc = st_barrier_work(&r->barrier, 0);
-    uint64_t b, e;
+    uint32_t n = (uint32_t)r->threads;
     if (!split) {
-        uint64_t chunk = a->n_kv_heads / r->threads > 1 ? (uint64_t)a->n_kv_heads / r->threads : 1;
-        while (st_work_claim(wc, chunk, (uint64_t)a->n_kv_heads, &b, &e))
+        uint64_t b, e;
+        struct st_work_counter *wc = st_barrier_work(&r->barrier, 0);
+        while (st_work_claim(wc, st_attn_head_chunk(a->n_kv_heads, n), (uint64_t)a->n_kv_heads, &b, &e))
             st_kern_attention(a, (int)b, (int)e, r->scratch[rank]);
         return 0;
     }
-    int items, hs;
-    st_kern_attention_items(a, r->threads, &items, &hs);
-    int hn = a->n_kv_heads / hs;
-    while (st_work_claim(wc, 1, (uint64_t)items, &b, &e))
-        st_kern_attention_part(a, (int)b % hs * hn, ((int)b % hs + 1) * hn, (int)b / hs, (int)b / hs + 1, r->part,
-                               r->n_seg);
+    st_attn_split_parts(a, n, st_barrier_work(&r->barrier, 0), r->part, r->n_seg);
     if (sync_all(r)) return -1;
-    uint64_t pairs = (uint64_t)a->M * a->n_heads, chunk = pairs / (4 * (uint64_t)r->threads);
-    wc = st_barrier_work(&r->barrier, 0);
-    while (st_work_claim(wc, chunk ? chunk : 1, pairs, &b, &e))
-        st_kern_attention_merge(a, (int)b, (int)e, r->part, r->n_seg);
+    st_attn_split_merge(a, n, st_barrier_work(&r->barrier, 0), r->part, r->n_seg);
     return 0;
 }
 
@@ -89,7 +82,7 @@ int st_bench_attn_ranks(uint16_t *const *k, uint16_t *const *v, int layers, cons
                         int threads, int trials, double best[2])
 {
     struct rig r = {.k = k, .v = v, .layers = layers, .threads = threads, .trials = trials, .shape = *shape,
-                    .n_seg = (shape->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG, .best = {-1, -1}};
+                    .n_seg = ST_KERN_ATTN_SEGS(shape->n_ctx), .best = {-1, -1}};
     if (r.n_seg > 1 && !st_kern_attention_splits(shape)) r.n_seg = 1; // the level cannot: heads only
     size_t pn = (size_t)shape->M * shape->n_heads * r.n_seg * ST_KERN_ATTN_PART_FLOATS(shape->head_dim);
     struct thread *th = calloc((size_t)threads, sizeof *th);

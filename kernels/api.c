@@ -98,7 +98,7 @@ void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int
 
 void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_items, int *head_ranges)
 {
-    int n_seg = (a->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG, hs = 1;
+    int n_seg = ST_KERN_ATTN_SEGS(a->n_ctx), hs = 1;
     while (hs < a->n_kv_heads && (n_seg * hs < 4 * n_ranks || a->n_kv_heads % hs)) hs++;
     *n_items = n_seg * hs;
     *head_ranges = hs;
@@ -106,7 +106,7 @@ void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_i
 
 bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks)
 {
-    int n_seg = (a->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
+    int n_seg = ST_KERN_ATTN_SEGS(a->n_ctx);
     return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 8) || n_ranks > a->n_kv_heads);
 }
 

@@ -203,6 +203,8 @@ void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_h
 // contiguous stretch of the cache for all its KV heads) and fold them after
 // (st_kern_attention_merge).
 #define ST_KERN_ATTN_SEG 512
+// Segments of a context of n positions.
+#define ST_KERN_ATTN_SEGS(n) (((n) + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG)
 #define ST_KERN_ATTN_HD_MAX 256
 // Floats of one (row, head, segment) partial: acc[head_dim], max, sum, padding.
 #define ST_KERN_ATTN_PART_FLOATS(hd) ((size_t)(hd) + 16)

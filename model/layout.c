@@ -28,7 +28,7 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
         s->kvd_max = max_u32(s->kvd_max, hp[i]->n_head_kv * hp[i]->head_dim);
         s->ff_max = max_u32(s->ff_max, hp[i]->n_ff);
     }
-    s->attn_segs = (n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
+    s->attn_segs = ST_KERN_ATTN_SEGS(n_ctx);
     for (uint32_t i = 0; i < n_models; i++) {
         uint64_t row = (uint64_t)hp[i]->n_head * ST_KERN_ATTN_PART_FLOATS(hp[i]->head_dim) * s->attn_segs;
         s->attn_part_row = row > s->attn_part_row ? row : s->attn_part_row;

@@ -134,7 +134,7 @@ static void test_attention(void **state)
             // Segments computed apart (one call per segment and KV head, in
             // reverse) and folded after: same bits as one call.
             if (ops->attention_part && k->hd % 8 == 0) {
-                int n_seg = (k->n_ctx + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG + 1; // one to spare
+                int n_seg = ST_KERN_ATTN_SEGS(k->n_ctx) + 1; // one to spare
                 size_t pn = (size_t)k->M * k->n_heads * n_seg * ST_KERN_ATTN_PART_FLOATS(k->hd);
                 float *part = xmalloc(pn * 4);
                 for (size_t i = 0; i < pn; i++) part[i] = NAN; // a partial read but never written shows

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "worker/attn_split.h"
 #include "worker/plan.h"
 
 static double now_s(void)
@@ -152,25 +153,14 @@ static void rope_store(struct st_plan *p, const struct st_llama_hparams *hp, uin
 // keys must be stored first, the partials folded after: two barriers more.
 static int attention_split(struct st_plan *p, const struct st_kern_attn *a, double *t)
 {
-    int items, hs, hn = a->n_kv_heads;
-    st_kern_attention_items(a, (int)p->n_ranks, &items, &hs);
-    hn /= hs;
     account(p, ST_OP_ATTN, t, 0);
     if (st_plan_sync(p)) return -1;
     *t = p->timing ? now_s() : 0;
-    struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
-    uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)items, &b, &e)) {
-        int s = (int)b / hs, h = (int)b % hs;
-        st_kern_attention_part(a, h * hn, (h + 1) * hn, s, s + 1, p->attn_part, (int)p->sl.attn_segs);
-    }
+    st_attn_split_parts(a, p->n_ranks, st_barrier_work(p->barrier, 0), p->attn_part, (int)p->sl.attn_segs);
     account(p, ST_OP_ATTN, t, 0);
     if (st_plan_sync(p)) return -1;
     *t = p->timing ? now_s() : 0;
-    uint64_t pairs = (uint64_t)a->M * a->n_heads, chunk = pairs / (4 * p->n_ranks) ? pairs / (4 * p->n_ranks) : 1;
-    wc = st_barrier_work(p->barrier, 0);
-    while (st_work_claim(wc, chunk, pairs, &b, &e))
-        st_kern_attention_merge(a, (int)b, (int)e, p->attn_part, (int)p->sl.attn_segs);
+    st_attn_split_merge(a, p->n_ranks, st_barrier_work(p->barrier, 0), p->attn_part, (int)p->sl.attn_segs);
     return 0;
 }
 
@@ -190,14 +180,11 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
                              .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
                              .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
     // Decode and verify rows (the partials' room), where it pays.
-    uint32_t n_seg = (pos0 + M + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG;
-    bool split = n_seg <= p->sl.attn_segs && M <= p->sl.k_max + 1 && st_kern_attention_split_pays(&a, (int)p->n_ranks);
-    // KV heads are claimed in ranges: one attention call then reads each
-    // cache row once for all the heads of its range.
-    uint64_t chunk = hp->n_head_kv / p->n_ranks > 1 ? hp->n_head_kv / p->n_ranks : 1;
+    bool split = ST_KERN_ATTN_SEGS(pos0 + M) <= p->sl.attn_segs && M <= p->sl.k_max + 1 &&
+                 st_kern_attention_split_pays(&a, (int)p->n_ranks);
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
     uint64_t h0, h1;
-    while (st_work_claim(wc, chunk, hp->n_head_kv, &h0, &h1)) {
+    while (st_work_claim(wc, st_attn_head_chunk(a.n_kv_heads, p->n_ranks), hp->n_head_kv, &h0, &h1)) {
         rope_store(p, hp, M, kw, vw, h0, h1);
         if (!split) st_kern_attention(&a, (int)h0, (int)h1, p->attn_scratch);
     }
