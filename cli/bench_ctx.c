@@ -1,6 +1,7 @@
 // `subternary bench ctx`: tokens/s and rollback cost at context lengths 128 ..
 // 8192 (the SubTernary paper's Table 2).  Rollback is one store of the
-// committed length, so its cost must not grow with the context.
+// committed length, so its cost must not grow with the context.  Speculative
+// runs go with full draft attention (the default) and with a draft window.
 // `subternary bench contention`: the same comparison with a CPU hog on one
 // core, started and stopped by the benchmark (the "noisy neighbour" claim).
 #include <sched.h>
@@ -14,6 +15,7 @@
 
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
+#include "kernels/kernels.h"
 
 static double now_ns(void)
 {
@@ -48,14 +50,17 @@ int st_bench_ctx(int argc, char **argv)
     struct st_bench_common c;
     st_bench_common_defaults(&c);
     const char *lens = NULL;
+    uint32_t window = 4096;
     for (int i = 1; i < argc; i++) {
         int r = st_bench_common_opt(argc, argv, &i, &c);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--lengths") && i + 1 < argc) lens = argv[++i];
+        else if (!strcmp(argv[i], "--draft-window") && i + 1 < argc && atoi(argv[i + 1]) > 0)
+            window = (uint32_t)atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: subternary bench ctx [-m TARGET] [-d DRAFT] [--lengths 128,1024,4096,8192] [-n N] "
-                            "[--runs R] [--quick]\n");
+                            "[--runs R] [--draft-window N] [--quick]\n");
             return 2;
         }
     }
@@ -69,11 +74,13 @@ int st_bench_ctx(int argc, char **argv)
     if (nl < 1) return 2;
     FILE *csv = st_bench_csv(c.results, "ctx");
     if (!csv) return 1;
-    fprintf(csv, "context,ar_tps,spec_tps,ratio,acceptance,commit_ns_per_round,rollback_ns\n");
+    fprintf(csv, "context,ar_tps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,acceptance_window,"
+                 "commit_ns_per_round,rollback_ns\n");
     printf("bench ctx: %s + %s, %u tokens after prompts of each length, %d alternating runs\n", c.o.target, c.o.draft,
            c.n_tokens, c.runs);
-    printf("%8s %12s %12s %8s %7s %16s %14s\n", "context", "AR t/s", "spec t/s", "ratio", "accept", "commit ns/round",
-           "rollback ns");
+    printf("spec: the draft attends every position; window: the first %d and the last %u\n", ST_KERN_ATTN_SEG, window);
+    printf("%8s %10s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "spec t/s", "ratio", "accept",
+           "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
     char plot[8192];
     size_t pl = (size_t)snprintf(plot, sizeof plot, "$d << EOD\n");
     for (int k = 0; k < nl; k++) {
@@ -81,27 +88,35 @@ int st_bench_ctx(int argc, char **argv)
         c.o.prompt_len = L[k];
         c.o.n_ctx = L[k] + c.n_tokens + 64;
         if (st_bench_rig_open(&rig, &c.o)) return 1;
-        struct st_bench_stat ar = {0}, sp = {0}, ratio = {0}, acc = {0}, cns = {0};
+        struct st_bench_stat ar = {0}, sp[2], ratio[2], acc[2], cns = {0};
+        memset(sp, 0, sizeof sp);
+        memset(ratio, 0, sizeof ratio);
+        memset(acc, 0, sizeof acc);
         for (int r = 0; r < c.runs; r++) {
             struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = false, .stop_at_eos = false};
             struct st_session_stats a, s;
             if (st_bench_rig_run(&rig, &gp, &a)) return 1;
-            gp.speculate = true;
-            if (st_bench_rig_run(&rig, &gp, &s)) return 1;
             st_bench_add(&ar, a.tokens / a.seconds);
-            st_bench_add(&sp, s.tokens / s.seconds);
-            st_bench_add(&ratio, (s.tokens / s.seconds) / (a.tokens / a.seconds));
-            st_bench_add(&acc, s.drafted ? (double)s.accepted / s.drafted : 0);
-            st_bench_add(&cns, s.commits ? s.commit_ns_sum / s.commits : 0);
+            for (int w = 0; w < 2; w++) {
+                gp.speculate = true;
+                gp.draft_window = w ? window : 0;
+                if (st_bench_rig_run(&rig, &gp, &s)) return 1;
+                st_bench_add(&sp[w], s.tokens / s.seconds);
+                st_bench_add(&ratio[w], (s.tokens / s.seconds) / (a.tokens / a.seconds));
+                st_bench_add(&acc[w], s.drafted ? (double)s.accepted / s.drafted : 0);
+                if (!w) st_bench_add(&cns, s.commits ? s.commit_ns_sum / s.commits : 0);
+            }
         }
         double rb = rollback_ns(&rig);
-        printf("%8u %12.2f %12.2f %8.3f %7.3f %16.0f %14.1f\n", L[k], st_bench_mean(&ar), st_bench_mean(&sp),
-               st_bench_mean(&ratio), st_bench_mean(&acc), st_bench_mean(&cns), rb);
+        printf("%8u %10.2f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k], st_bench_mean(&ar),
+               st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
+               st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
         fflush(stdout);
-        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar), st_bench_mean(&sp),
-                st_bench_mean(&ratio), st_bench_mean(&acc), st_bench_mean(&cns), rb);
+        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar),
+                st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
+                st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
         pl += (size_t)snprintf(plot + pl, sizeof plot - pl, "%u,%.4f,%.4f,%.2f\n", L[k], st_bench_mean(&ar),
-                               st_bench_mean(&sp), rb);
+                               st_bench_mean(&sp[0]), rb);
         st_bench_rig_close(&rig);
     }
     fclose(csv);

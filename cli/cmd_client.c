@@ -27,7 +27,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: subternary client [--connect ENDPOINTS] (-p TEXT | --tokens IDS) [-n N] [--ids] [--id ID]\n"
             "         [--temp T --top-k K --top-p P --min-p P --seed S] [--k N] [--no-spec] [--no-governor]\n"
-            "         [--governor-threshold A] [--draft-p-min P] [--stop STR] [--ignore-eos] [--no-bos] [--deadline MS]\n"
+            "         [--governor-threshold A] [--draft-p-min P] [--draft-window N] [--stop STR] [--ignore-eos] [--no-bos] [--deadline MS]\n"
             "         [--cancel-after N] [--timeout SECONDS] [--quiet]\n"
             "       subternary client [--connect ENDPOINTS] --stats [--prom] | --health\n"
             "  CURVE: --curve-server-key KEY|SERVER.pub [--curve-keys CLIENT.key]\n"
@@ -121,7 +121,8 @@ static int generate(struct st_client *c, const struct opts *o, uint32_t *prompt,
         .add_bos = !o->no_bos, .max_tokens = o->gp.max_tokens, .temperature = o->gp.sampling.temperature,
         .top_k = o->gp.sampling.top_k, .top_p = o->gp.sampling.top_p, .min_p = o->gp.sampling.min_p,
         .seed = o->gp.seed, .no_speculation = !o->gp.speculate, .k = o->gp.k, .no_governor = !o->gp.governor,
-        .governor_threshold = o->gp.governor_threshold, .draft_p_min = o->gp.draft_p_min, .stop = o->gp.stop, .n_stop = o->gp.n_stop,
+        .governor_threshold = o->gp.governor_threshold, .draft_p_min = o->gp.draft_p_min,
+        .draft_window = o->gp.draft_window, .stop = o->gp.stop, .n_stop = o->gp.n_stop,
         .deadline_ms = o->deadline_ms, .ignore_eos = !o->gp.stop_at_eos};
     if (st_client_submit(c, &r)) {
         fprintf(stderr, "subternary client: %s\n", st_client_error(c));

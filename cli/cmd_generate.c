@@ -16,7 +16,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: subternary generate -m TARGET.gguf [-d DRAFT.gguf] (-p TEXT | --tokens IDS) [-n N]\n"
             "         [--temp T --top-k K --top-p P --min-p P --seed S] [--k N] [--no-governor]\n"
-            "         [--governor-threshold A] [--draft-p-min P] [--stop STR] [--ignore-eos] [--ids] [--json] [--quiet]\n"
+            "         [--governor-threshold A] [--draft-p-min P] [--draft-window N] [--stop STR] [--ignore-eos]\n"
+            "         [--ids] [--json] [--quiet]\n"
             "         [--ctx N --cpus LIST --nodes N --workers N --k-max N]\n"
             "Without -d the target decodes alone (autoregressive baseline).\n");
 }

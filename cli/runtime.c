@@ -83,6 +83,7 @@ int st_runtime_gen_opt(int argc, char **argv, int *i, struct st_gen_params *gp)
     if (!strcmp(o, "--k")) { VALUE(); if (num(o, v, 0, 32, &x)) return -1; gp->k = (uint32_t)x; return 1; }
     if (!strcmp(o, "--no-governor")) { gp->governor = false; return 1; }
     if (!strcmp(o, "--draft-p-min")) { VALUE(); if (num(o, v, 0, 0.999, &x)) return -1; gp->draft_p_min = (float)x; return 1; }
+    if (!strcmp(o, "--draft-window")) { VALUE(); if (num(o, v, 1, UINT32_MAX, &x)) return -1; gp->draft_window = (uint32_t)x; return 1; }
     if (!strcmp(o, "--governor-threshold")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->governor_threshold = (float)x; return 1; }
     if (!strcmp(o, "--no-spec")) { gp->speculate = false; return 1; }
     if (!strcmp(o, "--ignore-eos")) { gp->stop_at_eos = false; return 1; }

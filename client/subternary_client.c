@@ -56,6 +56,7 @@ int st_client_submit(struct st_client *c, const struct st_client_request *r)
     sp.no_governor = r->no_governor;
     sp.governor_threshold = r->governor_threshold;
     sp.draft_p_min = r->draft_p_min;
+    sp.draft_window = r->draft_window;
     g.speculation = &sp;
     char *stops[ST_CLIENT_MAX_STOPS];
     for (size_t i = 0; i < r->n_stop; i++) stops[i] = (char *)r->stop[i];

@@ -226,6 +226,7 @@ static Subternary__ErrorCode params_of(const Subternary__GenerateRequest *g, con
         gp->k = sp->k;
         gp->governor_threshold = sp->governor_threshold;
         gp->draft_p_min = sp->draft_p_min;
+        gp->draft_window = sp->draft_window;
     }
     gp->stop_at_eos = !g->ignore_eos;
     if (g->n_stop > ST_SESSION_MAX_STOPS) {

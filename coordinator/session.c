@@ -81,6 +81,16 @@ static void sampling_msg(const struct st_gen_params *gp, Subternary__Sampling *m
     m->seed = gp->seed;
 }
 
+// The session's parameters: gp with its defaults filled in, within what
+// the engine has.
+static void params_of(struct st_session *s, const struct st_gen_params *gp)
+{
+    s->gp = *gp;
+    if (!s->gp.governor_threshold) s->gp.governor_threshold = 0.30f;
+    if (!s->eng->draft) s->gp.speculate = false;
+    if (s->gp.k > s->eng->k_max) s->gp.k = s->eng->k_max;
+}
+
 int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
                    uint64_t id, struct st_session **out, struct st_error *e)
 {
@@ -94,10 +104,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     struct st_session *s = calloc(1, sizeof *s);
     if (!s) return st_error_set(e, "out of memory");
     s->eng = eng;
-    s->gp = *gp;
-    if (!s->gp.governor_threshold) s->gp.governor_threshold = 0.30f;
-    if (!eng->draft) s->gp.speculate = false;
-    if (s->gp.k > eng->k_max) s->gp.k = eng->k_max;
+    params_of(s, gp);
     s->id = id;
     s->cap = eng->n_ctx + 1;
     s->tokens = malloc(s->cap * sizeof *s->tokens);
@@ -328,6 +335,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         cmd.pos = s->dc;
         cmd.k = K;
         cmd.draft_p_min = s->gp.draft_p_min;
+        cmd.draft_window = s->gp.draft_window;
     } else {
         cmd.kind = SUBTERNARY__STEP_KIND__STEP_VERIFY;
     }
@@ -418,10 +426,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
         if (st_kv_rollback(kv, s->slot, ST_MODEL_DRAFT, d, e)) return -1;
         s->dc = d;
     }
-    s->gp = *gp;
-    if (!s->gp.governor_threshold) s->gp.governor_threshold = 0.30f;
-    if (!s->eng->draft) s->gp.speculate = false;
-    if (s->gp.k > s->eng->k_max) s->gp.k = s->eng->k_max;
+    params_of(s, gp);
     s->t = base;
     s->n_tokens = s->n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);

@@ -22,6 +22,10 @@ struct st_gen_params {
     bool governor;           // suspend drafting when it stops paying
     float governor_threshold; // acceptance below this suspends (0: 0.30)
     float draft_p_min;       // a round's drafting stops below this confidence (0: never)
+    // The draft's decoding attends the first 512 positions and at least the
+    // last draft_window (0: every position).  Output is the same either way;
+    // only the draft's cost at long contexts and its proposals change.
+    uint32_t draft_window;
     const char *stop[ST_SESSION_MAX_STOPS];
     uint32_t n_stop;
     bool stop_at_eos;        // default true

@@ -68,6 +68,8 @@ struct st_client_request {
     bool no_governor;
     float governor_threshold;  // 0: the server's default
     float draft_p_min;         // stop a round's drafting below this confidence, [0, 1) (0: never)
+    uint32_t draft_window;     // the draft attends the first 512 positions and the last this many
+                               // (0: every position)
     const char *const *stop;   // [n_stop] stop strings
     size_t n_stop;
     uint64_t deadline_ms;      // 0: none

@@ -70,12 +70,24 @@ float st_kern_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x
     return fn(n, w_row, x);
 }
 
+// The rows' positions, and a skipped range that keeps the first segment
+// and ends before every row's own position.
+static void check_rows(const struct st_kern_attn *a)
+{
+    bool skips = a->skip_begin < a->skip_end;
+    ST_ASSERT(!skips || a->skip_begin >= 1);
+    for (int m = 0; m < a->M; m++) {
+        ST_ASSERT(a->pos[m] >= 0 && a->pos[m] < a->n_ctx);
+        ST_ASSERT(!skips || a->pos[m] >= a->skip_end * ST_KERN_ATTN_SEG);
+    }
+}
+
 void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                        float *scratch)
 {
     ST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
     ST_ASSERT(0 <= kv_head_begin && kv_head_begin <= kv_head_end && kv_head_end <= a->n_kv_heads);
-    for (int m = 0; m < a->M; m++) ST_ASSERT(a->pos[m] >= 0 && a->pos[m] < a->n_ctx);
+    check_rows(a);
     st_kern_ops_active()->attention(a, kv_head_begin, kv_head_end, scratch);
 }
 
@@ -92,7 +104,7 @@ void st_kern_attention_part(const struct st_kern_attn *a, int kv_head_begin, int
     ST_ASSERT(st_kern_attention_splits(a));
     ST_ASSERT(0 <= kv_head_begin && kv_head_begin <= kv_head_end && kv_head_end <= a->n_kv_heads);
     ST_ASSERT(0 <= seg_begin && seg_begin <= seg_end && (int64_t)n_seg * ST_KERN_ATTN_SEG >= a->n_ctx);
-    for (int m = 0; m < a->M; m++) ST_ASSERT(a->pos[m] >= 0 && a->pos[m] < a->n_ctx);
+    check_rows(a);
     st_kern_ops_active()->attention_part(a, kv_head_begin, kv_head_end, seg_begin, seg_end, part, n_seg);
 }
 
@@ -107,6 +119,7 @@ void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_i
 bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks)
 {
     int n_seg = ST_KERN_ATTN_SEGS(a->n_ctx);
+    if (a->skip_begin < a->skip_end) n_seg -= a->skip_end - a->skip_begin;
     return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 8) || n_ranks > a->n_kv_heads);
 }
 

@@ -24,7 +24,8 @@
 // max grows.  It restarts at every segment (ST_KERN_ATTN_SEG positions), and
 // the segments' partials are folded in order by fold_partial, in the call
 // (segment 0 accumulates in `out`, later ones in a buffer of the thread) or
-// by merge_tiled after ranks computed them apart.  A pair's result depends
+// by merge_tiled after ranks computed them apart; segments a->skip_* leaves
+// out are neither computed nor folded.  A pair's result depends
 // only on its own query and position, never on M, its tile, the head range
 // or who computed which segment: chunk and segment edges are fixed
 // multiples of CHUNK, each score is one chain over the head's dimensions
@@ -371,7 +372,8 @@ static void run_batch(const struct st_kern_attn *a, struct tile *tl, int nt, str
     for (int i = 0; i < nt; i++)
         for (int t = 0; t < tl[i].n; t++) jmax = tl[i].p[t].P > jmax ? tl[i].p[t].P : jmax;
     int end = jmax / SEG + 1 < sg.end ? jmax / SEG + 1 : sg.end;
-    for (int s = sg.begin; s < end; s++) run_segment(a, tl, nt, s);
+    for (int s = sg.begin; s < end; s++)
+        if (!ST_KERN_ATTN_SKIPS(a, s)) run_segment(a, tl, nt, s);
     if (sg.part) return;
     for (int i = 0; i < nt; i++)
         for (int t = 0; t < tl[i].n; t++) normalise(tl[i].p[t].out, tl[i].p[t].rl, a->head_dim);
@@ -388,7 +390,8 @@ static void merge_tiled(const struct st_kern_attn *a, int pair_begin, int pair_e
         float *out = a->out + (size_t)i * hd, rm = ps[hd], rl = ps[hd + 1];
         memcpy(out, ps, sizeof(float) * hd);
         for (int s = 1; s <= a->pos[i / a->n_heads] / SEG; s++)
-            fold_partial(out, &rm, &rl, ps + s * pf, ps[s * pf + hd], ps[s * pf + hd + 1], hd);
+            if (!ST_KERN_ATTN_SKIPS(a, s))
+                fold_partial(out, &rm, &rl, ps + s * pf, ps[s * pf + hd], ps[s * pf + hd + 1], hd);
         normalise(out, rl, hd);
     }
 }

@@ -183,6 +183,11 @@ struct st_kern_attn {
     int n_heads, n_kv_heads, head_dim;
     int n_ctx;          // cache length; every pos[i] < n_ctx
     float scale;        // score scale, usually 1/sqrt(head_dim)
+    // Segments of ST_KERN_ATTN_SEG positions [skip_begin, skip_end) are left
+    // out (none when equal): a draft's window over a long context attends
+    // the first segment and the last few.  When the range is not empty,
+    // skip_begin >= 1 and every row's own position lies past it.
+    int skip_begin, skip_end;
 };
 
 // Computes the query heads of KV heads [kv_head_begin, kv_head_end) for all
@@ -205,6 +210,8 @@ void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_h
 #define ST_KERN_ATTN_SEG 512
 // Segments of a context of n positions.
 #define ST_KERN_ATTN_SEGS(n) (((n) + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG)
+// Whether a leaves out segment s.
+#define ST_KERN_ATTN_SKIPS(a, s) ((s) >= (a)->skip_begin && (s) < (a)->skip_end)
 #define ST_KERN_ATTN_HD_MAX 256
 // Floats of one (row, head, segment) partial: acc[head_dim], max, sum, padding.
 #define ST_KERN_ATTN_PART_FLOATS(hd) ((size_t)(hd) + 16)

@@ -57,6 +57,8 @@ static void naive_attention(const struct st_kern_attn *a, double *out)
             int kvh = h / group;
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j <= a->pos[m]; j++) {
+                s[j] = -INFINITY; // left out: weight exp(-inf) = 0
+                if (j / ST_KERN_ATTN_SEG >= a->skip_begin && j / ST_KERN_ATTN_SEG < a->skip_end) continue;
                 const uint16_t *k = a->k + ((size_t)j * a->n_kv_heads + kvh) * hd;
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)q[i] * st_f16_to_f32(k[i]);
@@ -73,6 +75,10 @@ static void naive_attention(const struct st_kern_attn *a, double *out)
         }
     free(s);
 }
+
+// One case at every level against naive_attention, with segments
+// [skip_begin, skip_end) left out (a draft's window; none when equal).
+static void check_attention(size_t c, const struct attn_case *k, int skip_begin, int skip_end);
 
 static void test_attention(void **state)
 {
@@ -92,81 +98,95 @@ static void test_attention(void **state)
         {8, 2, 64, 1100, 3, {1099, 0, 700}},
         {6, 2, 48, 600, 2, {599, 513}},
     };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const struct attn_case *k = &cases[c];
-        size_t qn = (size_t)k->M * k->n_heads * k->hd, kvn = (size_t)k->n_ctx * k->n_kv * k->hd;
-        float *q = xmalloc(qn * 4), *out = xmalloc(qn * 4), *out2 = xmalloc(qn * 4);
-        float *scratch = xmalloc((size_t)k->n_ctx * 4);
-        uint16_t *K = xmalloc(kvn * 2), *V = xmalloc(kvn * 2);
-        double *ref = xmalloc(qn * 8);
-        for (size_t i = 0; i < qn; i++) q[i] = rndf() * 2.0f;
-        for (size_t i = 0; i < kvn; i++) {
-            K[i] = st_f32_to_f16(rndf() * 2.0f);
-            V[i] = st_f32_to_f16(rndf());
-        }
-        struct st_kern_attn a = {.q = q, .k = K, .v = V, .out = out, .pos = k->pos, .M = k->M,
-                                 .n_heads = k->n_heads, .n_kv_heads = k->n_kv, .head_dim = k->hd,
-                                 .n_ctx = k->n_ctx, .scale = 1.0f / sqrtf((float)k->hd)};
-        naive_attention(&a, ref);
-        FOR_LEVELS(ops)
-        {
-            a.out = out;
-            ops->attention(&a, 0, k->n_kv, scratch);
-            for (size_t i = 0; i < qn; i++)
-                if (fabs(out[i] - ref[i]) > 2e-5 * (1 + fabs(ref[i])))
-                    fail_msg("attention case %zu level %s elem %zu: %.9g vs %.9g", c,
-                             st_kern_level_name(ops->level), i, out[i], ref[i]);
-            // Head ranges one KV head at a time, and each row alone: same bits.
-            a.out = out2;
-            memset(out2, 0, qn * 4);
-            for (int h = k->n_kv - 1; h >= 0; h--) ops->attention(&a, h, h + 1, scratch);
-            assert_memory_equal(out, out2, qn * 4);
-            size_t row = (size_t)k->n_heads * k->hd;
-            for (int m = 0; m < k->M; m++) {
-                struct st_kern_attn one = a;
-                one.q = q + m * row;
-                one.out = out2;
-                one.pos = &k->pos[m];
-                one.M = 1;
-                ops->attention(&one, 0, k->n_kv, scratch);
-                assert_memory_equal(out + m * row, out2, row * 4);
-            }
-            // Segments computed apart (one call per segment and KV head, in
-            // reverse) and folded after: same bits as one call.
-            if (ops->attention_part && k->hd % 8 == 0) {
-                int n_seg = ST_KERN_ATTN_SEGS(k->n_ctx) + 1; // one to spare
-                size_t pn = (size_t)k->M * k->n_heads * n_seg * ST_KERN_ATTN_PART_FLOATS(k->hd);
-                float *part = xmalloc(pn * 4);
-                for (size_t i = 0; i < pn; i++) part[i] = NAN; // a partial read but never written shows
-                for (int s = n_seg - 1; s >= 0; s--)
-                    for (int h = k->n_kv - 1; h >= 0; h--) ops->attention_part(&a, h, h + 1, s, s + 1, part, n_seg);
-                memset(out2, 0, qn * 4);
-                int pairs = k->M * k->n_heads;
-                ops->attention_merge(&a, pairs / 2, pairs, part, n_seg);
-                ops->attention_merge(&a, 0, pairs / 2, part, n_seg);
-                assert_memory_equal(out, out2, qn * 4);
-                // All segments and heads in one part call: the same partials.
-                float *part2 = xmalloc(pn * 4);
-                memcpy(part2, part, pn * 4);
-                ops->attention_part(&a, 0, k->n_kv, 0, n_seg, part2, n_seg);
-                ops->attention_merge(&a, 0, pairs, part2, n_seg);
-                assert_memory_equal(out, out2, qn * 4);
-                free(part);
-                free(part2);
-            }
-        }
-        // Through the public entry point.
-        a.out = out2;
-        st_kern_attention(&a, 0, k->n_kv, scratch);
-        for (size_t i = 0; i < qn; i++) assert_true(fabs(out2[i] - ref[i]) <= 2e-5 * (1 + fabs(ref[i])));
-        free(q);
-        free(out);
-        free(out2);
-        free(scratch);
-        free(K);
-        free(V);
-        free(ref);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_attention(c, &cases[c], 0, 0);
+    // A window: segments left out between the first and the rows' own.
+    static const struct {
+        struct attn_case k;
+        int skip_begin, skip_end;
+    } windows[] = {
+        {{24, 8, 128, 2100, 3, {2099, 2048, 1600}}, 1, 3},
+        {{8, 2, 64, 1600, 1, {1599}}, 1, 2},
+        {{6, 3, 20, 1300, 2, {1299, 1100}}, 1, 2}, // the reference's path
+    };
+    for (size_t c = 0; c < sizeof windows / sizeof windows[0]; c++)
+        check_attention(100 + c, &windows[c].k, windows[c].skip_begin, windows[c].skip_end);
+}
+
+static void check_attention(size_t c, const struct attn_case *k, int skip_begin, int skip_end)
+{
+    size_t qn = (size_t)k->M * k->n_heads * k->hd, kvn = (size_t)k->n_ctx * k->n_kv * k->hd;
+    float *q = xmalloc(qn * 4), *out = xmalloc(qn * 4), *out2 = xmalloc(qn * 4);
+    float *scratch = xmalloc((size_t)k->n_ctx * 4);
+    uint16_t *K = xmalloc(kvn * 2), *V = xmalloc(kvn * 2);
+    double *ref = xmalloc(qn * 8);
+    for (size_t i = 0; i < qn; i++) q[i] = rndf() * 2.0f;
+    for (size_t i = 0; i < kvn; i++) {
+        K[i] = st_f32_to_f16(rndf() * 2.0f);
+        V[i] = st_f32_to_f16(rndf());
     }
+    struct st_kern_attn a = {.q = q, .k = K, .v = V, .out = out, .pos = k->pos, .M = k->M,
+                             .n_heads = k->n_heads, .n_kv_heads = k->n_kv, .head_dim = k->hd,
+                             .n_ctx = k->n_ctx, .scale = 1.0f / sqrtf((float)k->hd),
+                             .skip_begin = skip_begin, .skip_end = skip_end};
+    naive_attention(&a, ref);
+    FOR_LEVELS(ops)
+    {
+        a.out = out;
+        ops->attention(&a, 0, k->n_kv, scratch);
+        for (size_t i = 0; i < qn; i++)
+            if (fabs(out[i] - ref[i]) > 2e-5 * (1 + fabs(ref[i])))
+                fail_msg("attention case %zu level %s elem %zu: %.9g vs %.9g", c,
+                         st_kern_level_name(ops->level), i, out[i], ref[i]);
+        // Head ranges one KV head at a time, and each row alone: same bits.
+        a.out = out2;
+        memset(out2, 0, qn * 4);
+        for (int h = k->n_kv - 1; h >= 0; h--) ops->attention(&a, h, h + 1, scratch);
+        assert_memory_equal(out, out2, qn * 4);
+        size_t row = (size_t)k->n_heads * k->hd;
+        for (int m = 0; m < k->M; m++) {
+            struct st_kern_attn one = a;
+            one.q = q + m * row;
+            one.out = out2;
+            one.pos = &k->pos[m];
+            one.M = 1;
+            ops->attention(&one, 0, k->n_kv, scratch);
+            assert_memory_equal(out + m * row, out2, row * 4);
+        }
+        // Segments computed apart (one call per segment and KV head, in
+        // reverse) and folded after: same bits as one call.
+        if (ops->attention_part && k->hd % 8 == 0) {
+            int n_seg = ST_KERN_ATTN_SEGS(k->n_ctx) + 1; // one to spare
+            size_t pn = (size_t)k->M * k->n_heads * n_seg * ST_KERN_ATTN_PART_FLOATS(k->hd);
+            float *part = xmalloc(pn * 4);
+            for (size_t i = 0; i < pn; i++) part[i] = NAN; // a partial read but never written shows
+            for (int s = n_seg - 1; s >= 0; s--)
+                for (int h = k->n_kv - 1; h >= 0; h--) ops->attention_part(&a, h, h + 1, s, s + 1, part, n_seg);
+            memset(out2, 0, qn * 4);
+            int pairs = k->M * k->n_heads;
+            ops->attention_merge(&a, pairs / 2, pairs, part, n_seg);
+            ops->attention_merge(&a, 0, pairs / 2, part, n_seg);
+            assert_memory_equal(out, out2, qn * 4);
+            // All segments and heads in one part call: the same partials.
+            float *part2 = xmalloc(pn * 4);
+            memcpy(part2, part, pn * 4);
+            ops->attention_part(&a, 0, k->n_kv, 0, n_seg, part2, n_seg);
+            ops->attention_merge(&a, 0, pairs, part2, n_seg);
+            assert_memory_equal(out, out2, qn * 4);
+            free(part);
+            free(part2);
+        }
+    }
+    // Through the public entry point.
+    a.out = out2;
+    st_kern_attention(&a, 0, k->n_kv, scratch);
+    for (size_t i = 0; i < qn; i++) assert_true(fabs(out2[i] - ref[i]) <= 2e-5 * (1 + fabs(ref[i])));
+    free(q);
+    free(out);
+    free(out2);
+    free(scratch);
+    free(K);
+    free(V);
+    free(ref);
 }
 
 // --- RoPE ------------------------------------------------------------------------

@@ -218,10 +218,12 @@ static void test_generate_fields(void **state)
     sp.draft_p_min = -0.1f;
     assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_INVALID_FIELD);
     sp.draft_p_min = 0.8f;
+    sp.draft_window = 3000;
     sp.disable = true;
     sp.no_governor = true;
     assert_int_equal(validate(&g, &r), SUBTERNARY__ERROR_CODE__ERR_NONE);
     assert_true(!r.gp.speculate && !r.gp.governor && r.gp.k == 8 && fabsf(r.gp.draft_p_min - 0.8f) < 1e-6f);
+    assert_int_equal(r.gp.draft_window, 3000);
     release(&r);
     // max_tokens: over the context is refused; 0 takes the default.
     g.max_tokens = 65;

@@ -168,6 +168,73 @@ static void test_governor(void **state)
     }
 }
 
+// Bytes the draft's attention read in a run with gp.profile.
+static uint64_t draft_attention_bytes(const struct st_session_stats *st)
+{
+    for (uint32_t i = 0; i < st->n_ops; i++)
+        if (st->op_model[i] == ST_MODEL_DRAFT && !strcmp(st->op_names[i], "attention")) return st->op_bytes[i];
+    return 0;
+}
+
+// A draft window over a long context (1800 prompt tokens; the draft attends
+// the first 512 positions and the segments of the last 100): output still
+// equals the target alone, token for token, and the draft really read less.
+static void test_draft_window(void **state)
+{
+    (void)state;
+    enum { N_PROMPT = 1800, N_GEN = 64 };
+    struct st_test_engine t;
+    assert_int_equal(st_test_engine_open_ctx(&t, "models/pico-target.q8_0.gguf", "models/pico-draft.q4_0.gguf", 2, 1,
+                                             1, N_PROMPT + N_GEN + 16),
+                     0);
+    int32_t *prompt = malloc(N_PROMPT * sizeof *prompt);
+    uint32_t x = 777;
+    prompt[0] = 1;
+    for (int i = 1; i < N_PROMPT; i++) {
+        x = x * 1103515245u + 12345u;
+        prompt[i] = (int32_t)((x >> 8) % t.eng->n_vocab);
+    }
+    struct st_gen_params gp = {.max_tokens = N_GEN, .speculate = true, .governor = true, .stop_at_eos = false};
+    struct st_session *s;
+    struct st_error e;
+    if (st_session_start(t.eng, &gp, prompt, N_PROMPT, ++t.eng->next_session, &s, &e)) fail_msg("%s", e.msg);
+    int32_t ar[N_GEN], sp[N_GEN];
+    uint32_t n_ar, n_sp;
+    gp.speculate = false;
+    run(s, &gp, ar, &n_ar, NULL);
+    assert_int_equal(n_ar, N_GEN);
+    uint32_t ks[3] = {1, 4, 0}, windows[2] = {100, 0};
+    uint64_t bytes[2] = {0, 0};
+    double acc[2] = {0, 0};
+    for (int w = 0; w < 2; w++)
+        for (int ki = 0; ki < 3; ki++) {
+            struct st_session_stats st;
+            gp.speculate = true;
+            gp.k = ks[ki];
+            gp.draft_window = windows[w];
+            gp.profile = ki == 1;
+            run(s, &gp, sp, &n_sp, &st);
+            assert_int_equal(n_sp, n_ar);
+            for (uint32_t i = 0; i < n_ar; i++)
+                if (sp[i] != ar[i])
+                    fail_msg("draft window %u, K=%u: token %u is %d, autoregressive %d", windows[w], ks[ki], i, sp[i],
+                             ar[i]);
+            if (ki == 1) {
+                bytes[w] = draft_attention_bytes(&st);
+                acc[w] = st.drafted ? (double)st.accepted / st.drafted : 0;
+            }
+        }
+    printf("  prompt %d: identical with draft windows 100 and all; K=4: draft attention read %.2f MB vs %.2f MB, "
+           "acceptance %.3f vs %.3f\n",
+           N_PROMPT, bytes[0] / 1e6, bytes[1] / 1e6, acc[0], acc[1]);
+    // About 850 of ~1850 positions attended (the first segment, then from
+    // segment 3 on): well under two thirds of all of them.
+    assert_true(bytes[1] > 0 && bytes[0] * 3 < bytes[1] * 2);
+    st_session_end(&s);
+    free(prompt);
+    st_test_engine_close(&t);
+}
+
 // The context limit stops a generation cleanly, speculative or not, with the
 // same tokens, and a prompt that leaves no room is a clear error.
 static void test_context_limit(void **state)
@@ -216,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_greedy_equality),
         cmocka_unit_test(test_governor),
         cmocka_unit_test(test_context_limit),
+        cmocka_unit_test(test_draft_window),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(rows);

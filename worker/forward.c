@@ -164,10 +164,29 @@ static int attention_split(struct st_plan *p, const struct st_kern_attn *a, doub
     return 0;
 }
 
+// A draft's decoding over a long context attends the first segment and the
+// segments that hold the last p->draft_window positions before the rows
+// (StreamingLLM's sink and window): the draft's KV reads stop growing with
+// the context.  Only its proposals change; the target verifies them.
+static void draft_window(const struct st_plan *p, uint32_t model, uint32_t pos0, struct st_kern_attn *a)
+{
+    if (model != ST_MODEL_DRAFT || !p->draft_window || pos0 <= p->draft_window) return;
+    int keep = (int)((pos0 - p->draft_window) / ST_KERN_ATTN_SEG);
+    if (keep > 1) a->skip_begin = 1, a->skip_end = keep;
+}
+
+// Positions a's rows read in all: bytes of its K and V.
+static uint64_t attended(const struct st_kern_attn *a)
+{
+    int64_t n = a->n_ctx;
+    if (a->skip_begin < a->skip_end) n -= (int64_t)(a->skip_end - a->skip_begin) * ST_KERN_ATTN_SEG;
+    return (uint64_t)n;
+}
+
 // RoPE, K/V store and attention for the KV heads this rank claims (or, over
 // a long context, the segments it claims).
 static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t model, uint32_t slot,
-                     uint32_t layer, uint32_t M, uint32_t pos0, double *t)
+                     uint32_t layer, uint32_t M, uint32_t pos0, double *t, uint64_t *positions)
 {
     uint32_t hd = hp->head_dim;
     uint16_t *kw, *vw;
@@ -179,6 +198,8 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
     struct st_kern_attn a = {.q = p->q, .k = kr, .v = vr, .out = p->att, .pos = p->pos, .M = (int)M,
                              .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
                              .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
+    draft_window(p, model, pos0, &a);
+    *positions = attended(&a);
     // Decode and verify rows (the partials' room), where it pays.
     bool split = ST_KERN_ATTN_SEGS(pos0 + M) <= p->sl.attn_segs && M <= p->sl.k_max + 1 &&
                  st_kern_attention_split_pays(&a, (int)p->n_ranks);
@@ -256,8 +277,9 @@ int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tok
                                    st_kern_run_size(L->wv.type, L->wv.rows, L->wv.cols)) / p->n_ranks);
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
-        if (attention(p, hp, model, slot, l, M, pos0, &t)) return -1;
-        account(p, ST_OP_ATTN, &t, (uint64_t)(pos0 + M) * kvd * 4 / p->n_ranks);
+        uint64_t positions;
+        if (attention(p, hp, model, slot, l, M, pos0, &t, &positions)) return -1;
+        account(p, ST_OP_ATTN, &t, positions * kvd * 4 / p->n_ranks);
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         ac.src = NULL;

@@ -74,6 +74,7 @@ struct st_plan {
     uint32_t crash_at_barrier;  // test hook: _exit when barriers reaches it (0 off)
     bool timing;
     uint32_t cur_model;          // model of the forward in progress
+    uint32_t draft_window;       // the step's draft attention window (0: all positions)
     double op_seconds[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
     uint64_t op_bytes[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
     struct st_error err;

@@ -130,6 +130,7 @@ int st_step_run(struct st_plan *p, const Subternary__StepCommand *c, bool *abort
     memset(p->op_seconds, 0, sizeof p->op_seconds);
     memset(p->op_bytes, 0, sizeof p->op_bytes);
     p->timing = c->want_timings;
+    p->draft_window = c->draft_window;
     switch (c->kind) {
     case SUBTERNARY__STEP_KIND__STEP_PREFILL: rc = prefill(p, c); break;
     case SUBTERNARY__STEP_KIND__STEP_DRAFT: rc = draft(p, c); break;

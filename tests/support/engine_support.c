@@ -25,6 +25,12 @@ const char *st_test_exe(char *buf, size_t cap)
 int st_test_engine_open(struct st_test_engine *t, const char *target, const char *draft, uint32_t workers,
                         uint32_t nodes, uint32_t slots)
 {
+    return st_test_engine_open_ctx(t, target, draft, workers, nodes, slots, 1100);
+}
+
+int st_test_engine_open_ctx(struct st_test_engine *t, const char *target, const char *draft, uint32_t workers,
+                            uint32_t nodes, uint32_t slots, uint32_t n_ctx)
+{
     memset(t, 0, sizeof *t);
     struct st_error e;
     if (!st_test_exe(t->exe, sizeof t->exe) || st_rundir_new(t->dir, sizeof t->dir, &e)) return -1;
@@ -32,7 +38,7 @@ int st_test_engine_open(struct st_test_engine *t, const char *target, const char
         .target_path = target[0] == '/' || target[0] == '.' ? target : st_test_shared(target, t->target, sizeof t->target),
         .draft_path = draft ? (draft[0] == '/' || draft[0] == '.' ? draft : st_test_shared(draft, t->draft, sizeof t->draft))
                             : NULL,
-        .n_slots = slots ? slots : 2, .n_ctx = 1100, .k_max = 8, .n_nodes = nodes, .workers_per_node = workers,
+        .n_slots = slots ? slots : 2, .n_ctx = n_ctx, .k_max = 8, .n_nodes = nodes, .workers_per_node = workers,
         .exe = t->exe, .run_dir = t->dir, .quiet = true, .hang_ms = 2000};
     t->zctx = zmq_ctx_new();
     if (st_engine_open(&ec, t->zctx, &t->eng, &e)) {

@@ -18,6 +18,9 @@ struct st_test_engine {
 // (nodes > 1 splits them into virtual nodes).  Paths relative to shared/.
 int st_test_engine_open(struct st_test_engine *t, const char *target, const char *draft, uint32_t workers,
                         uint32_t nodes, uint32_t slots);
+// The same with a context of n_ctx positions (st_test_engine_open: 1100).
+int st_test_engine_open_ctx(struct st_test_engine *t, const char *target, const char *draft, uint32_t workers,
+                            uint32_t nodes, uint32_t slots, uint32_t n_ctx);
 void st_test_engine_close(struct st_test_engine *t);
 
 // Path of the subternary binary next to this test binary's tree.
