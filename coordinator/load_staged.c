@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -133,12 +134,30 @@ static bool needs_repack(const struct job *jb, uint32_t model)
 static uint64_t room(const struct job *jb) { return (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096; }
 
 // Makes staging buffer k hold at least `bytes` (never less than a batch).
+#define HUGE_BYTES (UINT64_C(2) << 20)
+
+// A staging buffer in transparent huge pages where the system gives them
+// (THP "madvise", Debian's default): touching 192 MB of small pages cost a
+// VM about 7 us each (0.35 s, a tenth of a cold l3b load), and each O_DIRECT
+// read pins 512 times fewer pages.
+static uint8_t *buf_alloc(uint64_t cap)
+{
+    uint8_t *raw = mmap(NULL, cap + HUGE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *b = (uint8_t *)(((uintptr_t)raw + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+    if (b > raw) munmap(raw, (size_t)(b - raw));
+    munmap(b + cap, (size_t)(raw + HUGE_BYTES - b));
+    madvise(b, cap, MADV_HUGEPAGE);
+    return b;
+}
+
 static int grow(struct st_load_staging *sg, int k, uint64_t bytes, struct st_error *e)
 {
     if (sg->cap[k] >= bytes) return 0;
-    uint64_t cap = bytes > BATCH_BYTES ? bytes : BATCH_BYTES;
-    free(sg->buf[k]);
-    if (!(sg->buf[k] = aligned_alloc(4096, cap))) {
+    uint64_t cap = (bytes > BATCH_BYTES ? bytes : BATCH_BYTES) + HUGE_BYTES - 1;
+    cap -= cap % HUGE_BYTES;
+    if (sg->buf[k]) munmap(sg->buf[k], sg->cap[k]);
+    if (!(sg->buf[k] = buf_alloc(cap))) {
         sg->cap[k] = 0;
         return st_error_set(e, "load: cannot allocate a %llu-byte staging buffer", (unsigned long long)cap);
     }
@@ -159,7 +178,7 @@ int st_load_staging_reserve(struct st_load_staging *sg, struct st_error *e)
 void st_load_staging_free(struct st_load_staging *sg)
 {
     for (int k = 0; k < STAGES; k++) {
-        free(sg->buf[k]);
+        if (sg->buf[k]) munmap(sg->buf[k], sg->cap[k]);
         sg->buf[k] = NULL;
         sg->cap[k] = 0;
     }
