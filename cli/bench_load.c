@@ -1,11 +1,8 @@
 // `subternary bench shm --model` (see cli/bench_load.h).
 #include "cli/bench_load.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/bench_shm.h"
@@ -152,43 +149,22 @@ static int warm(struct st_llama_model *m, const char *path, struct st_error *e)
     return 0;
 }
 
-// Each phase runs in a process of its own, as a server loads its models
-// once when it starts: in one process, warm loads that followed cold ones
-// through io_uring ran at 0.4x of their speed in a fresh process (this VM;
-// a cold load in another process just before does not slow them).
-enum phase { COLD_JUST_FREED, COLD_HANDED_BACK, WARM };
-
-static int run_phase(struct st_llama_model *m, const char *path, enum phase ph, struct st_error *e)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) return st_error_set(e, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        int rc = ph == WARM ? warm(m, path, e) : cold(m, path, ph == COLD_JUST_FREED ? JUST_FREED : HANDED_BACK, e);
-        if (rc) fprintf(stderr, "subternary bench: %s\n", e->msg);
-        fflush(stdout);
-        _exit(rc ? 1 : 0);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return st_error_set(e, "waitpid: %s", strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status))
-        return st_error_set(e, "the model load phase failed (its process said why above)");
-    return 0;
-}
-
 int st_bench_model_load(const char *path, bool quick, struct st_error *e)
 {
     struct st_llama_model *m = NULL;
     st_kern_init();
     if (st_llama_open(path, &m, e)) return -1;
-    printf("model load: %s (region allocated before each load; the figure is read + repack; each phase in a fresh "
-           "process)\n",
-           path);
+    printf("model load: %s (region allocated before each load; the figure is read + repack)\n", path);
+    // Warm first: on the development VM, warm loads run after a cold phase
+    // that read through io_uring into huge-page staging buffers ran at
+    // 0.42-0.49x of cat (0.87-1.08x after the previous small-page buffers;
+    // 1.0-1.17x in a process started after a cold load; cause not found).
+    // Each cold round sets its own state.
     int rc = -1;
-    if (run_phase(m, path, COLD_JUST_FREED, e) || (!quick && run_phase(m, path, COLD_HANDED_BACK, e))) goto out;
+    if (warm(m, path, e) || cold(m, path, JUST_FREED, e)) goto out;
     if (quick) printf("  cold, handed back: not run with --quick (%d s of waiting before each read)\n", HANDED_BACK_S);
-    rc = run_phase(m, path, WARM, e);
+    else if (cold(m, path, HANDED_BACK, e)) goto out;
+    rc = 0;
 out:
     st_llama_close(&m);
     return rc;
