@@ -133,7 +133,6 @@ static bool needs_repack(const struct job *jb, uint32_t model)
 // position in its page, so O_DIRECT can read it.
 static uint64_t room(const struct job *jb) { return (jb->t->n_bytes + 4096 + 4095) / 4096 * 4096; }
 
-// Makes staging buffer k hold at least `bytes` (never less than a batch).
 #define HUGE_BYTES (UINT64_C(2) << 20)
 
 // A staging buffer in transparent huge pages where the system gives them
@@ -151,6 +150,7 @@ static uint8_t *buf_alloc(uint64_t cap)
     return b;
 }
 
+// Makes staging buffer k hold at least `bytes` (never less than a batch).
 static int grow(struct st_load_staging *sg, int k, uint64_t bytes, struct st_error *e)
 {
     if (sg->cap[k] >= bytes) return 0;

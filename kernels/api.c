@@ -74,7 +74,7 @@ float st_kern_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x
 // and ends before every row's own position.
 static void check_rows(const struct st_kern_attn *a)
 {
-    bool skips = a->skip_begin < a->skip_end;
+    bool skips = ST_KERN_ATTN_SKIPPED(a) > 0;
     ST_ASSERT(!skips || a->skip_begin >= 1);
     for (int m = 0; m < a->M; m++) {
         ST_ASSERT(a->pos[m] >= 0 && a->pos[m] < a->n_ctx);
@@ -118,8 +118,7 @@ void st_kern_attention_items(const struct st_kern_attn *a, int n_ranks, int *n_i
 
 bool st_kern_attention_split_pays(const struct st_kern_attn *a, int n_ranks)
 {
-    int n_seg = ST_KERN_ATTN_SEGS(a->n_ctx);
-    if (a->skip_begin < a->skip_end) n_seg -= a->skip_end - a->skip_begin;
+    int n_seg = ST_KERN_ATTN_SEGS(a->n_ctx) - ST_KERN_ATTN_SKIPPED(a);
     return st_kern_attention_splits(a) && n_seg > 1 && ((a->M == 1 && n_seg >= 8) || n_ranks > a->n_kv_heads);
 }
 

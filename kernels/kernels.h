@@ -210,8 +210,9 @@ void st_kern_attention(const struct st_kern_attn *a, int kv_head_begin, int kv_h
 #define ST_KERN_ATTN_SEG 512
 // Segments of a context of n positions.
 #define ST_KERN_ATTN_SEGS(n) (((n) + ST_KERN_ATTN_SEG - 1) / ST_KERN_ATTN_SEG)
-// Whether a leaves out segment s.
+// Whether a leaves out segment s, and how many segments it leaves out.
 #define ST_KERN_ATTN_SKIPS(a, s) ((s) >= (a)->skip_begin && (s) < (a)->skip_end)
+#define ST_KERN_ATTN_SKIPPED(a) ((a)->skip_begin < (a)->skip_end ? (a)->skip_end - (a)->skip_begin : 0)
 #define ST_KERN_ATTN_HD_MAX 256
 // Floats of one (row, head, segment) partial: acc[head_dim], max, sum, padding.
 #define ST_KERN_ATTN_PART_FLOATS(hd) ((size_t)(hd) + 16)

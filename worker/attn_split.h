@@ -18,7 +18,8 @@ static inline uint64_t st_attn_head_chunk(int n_kv_heads, uint32_t n_ranks)
 }
 
 // This rank's items of a split by segments, claimed from wc, into part
-// (n_seg segments a pair).  The keys of a's rows must be stored before.
+// (n_seg segments a pair; items of segments a leaves out are claimed and
+// do nothing).  The keys of a's rows must be stored before.
 void st_attn_split_parts(const struct st_kern_attn *a, uint32_t n_ranks, struct st_work_counter *wc, float *part,
                          int n_seg);
 // After every rank's parts (a barrier): this rank's share of the pairs,

@@ -175,14 +175,6 @@ static void draft_window(const struct st_plan *p, uint32_t model, uint32_t pos0,
     if (keep > 1) a->skip_begin = 1, a->skip_end = keep;
 }
 
-// Positions a's rows read in all: bytes of its K and V.
-static uint64_t attended(const struct st_kern_attn *a)
-{
-    int64_t n = a->n_ctx;
-    if (a->skip_begin < a->skip_end) n -= (int64_t)(a->skip_end - a->skip_begin) * ST_KERN_ATTN_SEG;
-    return (uint64_t)n;
-}
-
 // RoPE, K/V store and attention for the KV heads this rank claims (or, over
 // a long context, the segments it claims).
 static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t model, uint32_t slot,
@@ -199,7 +191,7 @@ static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint3
                              .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
                              .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
     draft_window(p, model, pos0, &a);
-    *positions = attended(&a);
+    *positions = (uint64_t)a.n_ctx - (uint64_t)ST_KERN_ATTN_SKIPPED(&a) * ST_KERN_ATTN_SEG;
     // Decode and verify rows (the partials' room), where it pays.
     bool split = ST_KERN_ATTN_SEGS(pos0 + M) <= p->sl.attn_segs && M <= p->sl.k_max + 1 &&
                  st_kern_attention_split_pays(&a, (int)p->n_ranks);
