@@ -27,12 +27,26 @@ ST_INLINE void store_block(uint8_t *qdst, const __m256i *o, const int nv, uint8_
     }
 }
 
+// The 8 rows of a group are one contiguous run of the source, read here 8
+// places at a time, which the hardware prefetchers follow poorly; each block
+// prefetches its share of the next group in address order instead (4.3 GB
+// of 3072-column Q8_0 rows in memory: one thread 8.4 -> 10 GB/s, two 16.5
+// -> 21; a whole warm l3b load about 3%, within the host's noise).
+// Prefetches never fault, so reaching past the source's end is harmless.
+ST_INLINE const uint8_t *prefetch_next(const uint8_t *pf, const uint8_t *until)
+{
+    for (; pf < until; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+    return pf;
+}
+
 void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g)
 {
     const size_t sb = sizeof(struct st_block_q8_0), qb = 256;
     uint8_t *scales = g + (size_t)nb * qb;
     const bool aligned = (uintptr_t)g % 32 == 0;
+    const uint8_t *next = rows8 + 8 * src_row, *pf = next;
     for (int64_t b = 0; b < nb; b++) {
+        pf = prefetch_next(pf, next + 8 * src_row * (size_t)(b + 1) / (size_t)nb);
         __m256i a[8], t[8], u[8], o[8];
         uint64_t d[2] = {0, 0}; // the 8 rows' f16 scales, rows 0-3 and 4-7
 #pragma GCC unroll 8
@@ -73,7 +87,9 @@ void st_kern_repack_q4_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int6
     const size_t sb = sizeof(struct st_block_q4_0), qb = 128;
     uint8_t *scales = g + (size_t)nb * qb;
     const bool aligned = (uintptr_t)g % 32 == 0;
+    const uint8_t *next = rows8 + 8 * src_row, *pf = next;
     for (int64_t b = 0; b < nb; b++) {
+        pf = prefetch_next(pf, next + 8 * src_row * (size_t)(b + 1) / (size_t)nb);
         __m256i r[4];
         uint64_t d[2] = {0, 0};
 #pragma GCC unroll 4
