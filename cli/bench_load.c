@@ -139,9 +139,12 @@ static int warm(struct st_llama_model *m, const char *path, struct st_error *e)
         if (rc < 0) return -1;
         cached = cached && st.cached_files;
         ratio[i] = load / cat;
+        char path_s[64] = "io_uring path";
+        if (st.cached_files)
+            snprintf(path_s, sizeof path_s, "page-cache path, %.0f%% out of a huge mapping",
+                     100.0 * (double)st.mapped_bytes / (double)st.file_bytes);
         printf("  warm, %d: cat %5.2f GB/s | load %5.2f GB/s = %.2fx (%s%s) | region allocation %.2f s\n", i + 1, cat,
-               load, ratio[i], st.cached_files ? "page-cache path" : "io_uring path", i % 2 ? ", load first" : "",
-               alloc);
+               load, ratio[i], path_s, i % 2 ? ", load first" : "", alloc);
     }
     qsort(ratio, WARM_ROUNDS, sizeof ratio[0], cmp_double);
     printf("  warm: median load / cat %.2fx (%.2f-%.2fx) over %d rounds%s\n", ratio[WARM_ROUNDS / 2], ratio[0],
@@ -155,11 +158,10 @@ int st_bench_model_load(const char *path, bool quick, struct st_error *e)
     st_kern_init();
     if (st_llama_open(path, &m, e)) return -1;
     printf("model load: %s (region allocated before each load; the figure is read + repack)\n", path);
-    // Warm first: on the development VM, warm loads run after a cold phase
-    // that read through io_uring into huge-page staging buffers ran at
-    // 0.42-0.49x of cat (0.87-1.08x after the previous small-page buffers;
-    // 1.0-1.17x in a process started after a cold load; cause not found).
-    // Each cold round sets its own state.
+    // Warm first, as a server that finds its files cached would.  (After the
+    // cold rounds the page cache is refilled from fragmented memory: small
+    // folios, which the loader reads with pread instead of out of a huge
+    // mapping.)  Each cold round sets its own state.
     int rc = -1;
     if (warm(m, path, e) || cold(m, path, JUST_FREED, e)) goto out;
     if (quick) printf("  cold, handed back: not run with --quick (%d s of waiting before each read)\n", HANDED_BACK_S);

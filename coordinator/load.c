@@ -256,7 +256,7 @@ static int probe_and_load(const struct st_load_plan *p, uint32_t i, uint8_t *w, 
     }
     struct st_load_span st = {i, j0, a, false}, su = {i, a, b, false}, rest = {i, b, j1, true};
     double t0 = st_load_now_s();
-    if (st_load_resident(p, &st, w, true, pr, e)) return -1;
+    if (st_load_resident(p, &st, w, ST_LOAD_THROUGH_COLD, pr, stats, e)) return -1;
     double t1 = st_load_now_s();
     if (st_load_staging_reserve(sg, e)) return -1;
     double t2 = st_load_now_s();
@@ -269,7 +269,7 @@ static int probe_and_load(const struct st_load_plan *p, uint32_t i, uint8_t *w, 
                    (o->pick == ST_LOAD_PICK_FASTER && stats->probe_gbps[1] > stats->probe_gbps[0]);
     if (!threads) return uring_span(p, &rest, w, uo, sg, pr, stats, e);
     stats->threads_won++;
-    return st_load_resident(p, &rest, w, true, pr, e);
+    return st_load_resident(p, &rest, w, ST_LOAD_THROUGH_COLD, pr, stats, e);
 }
 
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
@@ -306,7 +306,7 @@ int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const st
         struct st_load_span all = {i, 0, 0, true};
         model_jobs(p, i, &all.j0, &all.j1);
         if (o->mode == ST_LOAD_CACHED || (o->mode == ST_LOAD_AUTO && st_load_is_resident(p->paths[i]))) {
-            rc = st_load_resident(p, &all, w, false, &pr, e);
+            rc = st_load_resident(p, &all, w, o->map_all ? ST_LOAD_THROUGH_MAP : ST_LOAD_THROUGH_CACHE, &pr, stats, e);
             stats->cached_files++;
         } else if (o->mode == ST_LOAD_IO_URING) {
             rc = uring_span(p, &all, w, &uo, &sg, &pr, stats, e);

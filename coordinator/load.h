@@ -3,8 +3,8 @@
 // tensors are read with io_uring (many large reads in flight, O_DIRECT where
 // aligned); those whose run format differs from the file's layout are read
 // into a staging buffer and repacked.  A file the page cache already holds
-// is mapped and repacked by threads on every CPU instead, piece by piece
-// (coordinator/load_resident.c); a file it does not hold goes whichever of
+// is repacked by threads on every CPU instead, piece by piece, out of a
+// mapping of it where that is mapped huge (coordinator/load_resident.c); a file it does not hold goes whichever of
 // the two ways a probe finds faster (st_load_run).
 #ifndef ST_COORDINATOR_LOAD_H
 #define ST_COORDINATOR_LOAD_H
@@ -25,6 +25,7 @@ struct st_load_stats {
     double gbps;           // file_bytes / seconds
     double read_seconds;   // of which in io_uring reads
     uint32_t cached_files; // files found in the page cache, repacked out of it by every CPU
+    uint64_t mapped_bytes; // of file_bytes, repacked straight out of a mapping of the file
     uint32_t probed_files; // cold files read both ways first (ST_LOAD_AUTO)
     uint32_t threads_won;  // of those, files whose rest went through the page cache
     double probe_gbps[2];  // the last probe's rates: io_uring, threads
@@ -41,7 +42,7 @@ uint64_t st_load_plan_act_row_max(const struct st_load_plan *p);
 enum st_load_mode {
     ST_LOAD_AUTO = 0,   // per file: the page-cache path when it is cached, else as ST_LOAD_PROBE
     ST_LOAD_IO_URING,   // always io_uring (O_DIRECT where aligned)
-    ST_LOAD_CACHED,     // always threads repacking out of the file's mapping
+    ST_LOAD_CACHED,     // always threads through the page cache (out of a huge mapping, else pread)
     ST_LOAD_PROBE,      // always what AUTO does with an uncached file: probe both, then the faster
 };
 
@@ -65,6 +66,8 @@ struct st_load_opts {
     bool progress;
     uint64_t probe_bytes;      // 0: ST_LOAD_PROBE_BYTES
     enum st_load_pick pick;    // after the probe (tests force either way)
+    bool map_all;              // cached files: every piece out of the mapping, where
+                               // mapped huge or not (tests: small files are never huge)
 };
 
 int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const struct st_load_opts *o,

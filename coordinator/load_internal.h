@@ -45,18 +45,28 @@ struct st_load_span {
     bool embd;
 };
 
-// Whether a file is cached well enough for st_load_resident to beat io_uring.
+// Whether a file is cached well enough for st_load_resident to beat io_uring
+// (at least this fraction of its pages).
+#define ST_LOAD_RESIDENT_FRACTION 0.95
 bool st_load_is_resident(const char *path);
+// How st_load_resident reads a file.
+enum st_load_through {
+    ST_LOAD_THROUGH_COLD,  // pread into L2-sized buffers, dropping the pages behind
+    ST_LOAD_THROUGH_CACHE, // a cached file: out of its mapping where mapped huge, else pread
+    ST_LOAD_THROUGH_MAP,   // every piece out of the mapping, huge or not (st_load_opts.map_all)
+};
+
 // Loads a span through the page cache (cached or not): threads on every
 // CPU repack it piece by piece straight into the weights section w, out of
-// a mapping of the file, or with drop_behind out of L2-sized pread buffers.
-// drop_behind (a cold file): each piece's pages leave the cache once
-// repacked, so a cold load reuses the same few pages instead of filling the
-// cache with a second copy of the weights (on a VM whose host takes freed
-// memory back, fresh pages cost the host's work: l3b read at 0.65 GB/s, 2.5
-// with drop-behind).
-int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w, bool drop_behind,
-                     struct st_load_progress *pr, struct st_error *e);
+// a mapping of the file or out of L2-sized pread buffers.  COLD: each
+// piece's pages leave the cache once repacked, so a cold load reuses the
+// same few pages instead of filling the cache with a second copy of the
+// weights (on a VM whose host takes freed memory back, fresh pages cost the
+// host's work: l3b read at 0.65 GB/s, 2.5 with drop-behind).  Adds the bytes
+// repacked out of the mapping to stats->mapped_bytes.
+int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+                     enum st_load_through through, struct st_load_progress *pr, struct st_load_stats *stats,
+                     struct st_error *e);
 
 #define ST_LOAD_STAGES 3 // batches in flight, each with its own staging buffer
 

@@ -5,11 +5,13 @@
 //   shm/kv.h         transactional KV cache
 //   shm/sync.h       abortable barriers and work counters
 //   shm/uring_read.h io_uring file reading for model loading
+//   shm/map_huge.h   which parts of a mapping are mapped huge
 // shm/ knows nothing of ZeroMQ, sessions or kernels.
 #ifndef ST_SHM_SHM_H
 #define ST_SHM_SHM_H
 
 #include "shm/kv.h"
+#include "shm/map_huge.h"
 #include "shm/region.h"
 #include "shm/sync.h"
 #include "shm/topology.h"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -372,6 +373,64 @@ static void test_topology(void **state)
     assert_int_equal(total, 10);
 }
 
+// AnonHugePages of the mapping at addr, in bytes, from /proc/self/smaps.
+static uint64_t smaps_anon_huge(const void *addr)
+{
+    char want[32], line[512];
+    snprintf(want, sizeof want, "%lx-", (unsigned long)(uintptr_t)addr);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    uint64_t kb = 0;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, want, strlen(want))) in = true;
+        else if (in && sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) break;
+    }
+    fclose(f);
+    return kb << 10;
+}
+
+// st_map_huge_chunks against the kernel's own count: 4 KiB pages are never
+// huge; a THP mapping has as many huge 2 MiB chunks as smaps says, and each
+// 1 MiB half of one is huge too; a short last chunk counts.
+static void test_map_huge(void **state)
+{
+    (void)state;
+    const uint64_t len = 8 * MIB;
+    bool huge[16];
+    uint8_t *small = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(small != MAP_FAILED);
+    madvise(small, len, MADV_NOHUGEPAGE);
+    memset(small, 1, len);
+    int rc = st_map_huge_chunks(small, len, 2 * MIB, huge);
+    for (int c = 0; c < 4; c++) assert_false(huge[c]);
+    munmap(small, len);
+    if (rc < 0) {
+        print_message("PAGEMAP_SCAN unsupported here: every chunk reported not huge, as it must\n");
+        return;
+    }
+    uint8_t *raw = mmap(NULL, len + 2 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(raw != MAP_FAILED);
+    uint8_t *thp = (uint8_t *)(((uintptr_t)raw + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
+    madvise(thp, len, MADV_HUGEPAGE);
+    memset(thp, 1, len);
+    uint64_t expect = 0, got = 0;
+    assert_int_equal(st_map_huge_chunks(thp, len, 2 * MIB, huge), 0);
+    for (int c = 0; c < 4; c++) got += huge[c];
+    // The VMA may start below thp (raw was one mapping): count the kernel's
+    // huge pages of thp's range by splitting it off.
+    munmap(raw, (size_t)(thp - raw));
+    munmap(thp + len, (size_t)(raw + len + 2 * MIB - (thp + len)));
+    expect = smaps_anon_huge(thp) / (2 * MIB);
+    print_message("THP mapping: %llu of 4 chunks huge (smaps: %llu)\n", (unsigned long long)got,
+                  (unsigned long long)expect);
+    assert_int_equal(got, expect);
+    bool half[16];
+    assert_int_equal(st_map_huge_chunks(thp, len - MIB / 2, MIB, half), 0); // 8 chunks, the last 512 KiB
+    for (int c = 0; c < 8; c++) assert_int_equal(half[c], huge[c / 2]);
+    munmap(thp, len);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_memory_checks),
         cmocka_unit_test(test_signals_during_allocation),
         cmocka_unit_test(test_topology),
+        cmocka_unit_test(test_map_huge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
