@@ -199,7 +199,7 @@ static uint64_t span_bytes(const struct st_load_plan *p, const struct st_load_sp
 
 // The io_uring path for a span: what is already in its run format is read
 // in place, the rest staged and repacked.
-static int uring_span(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+static int uring_span(const struct st_load_plan *p, const struct st_load_span *sp, const struct st_load_dest *d,
                       const struct st_uring_opts *uo, struct st_load_staging *sg, struct st_load_progress *pr,
                       struct st_load_stats *stats, struct st_error *e)
 {
@@ -210,13 +210,13 @@ static int uring_span(const struct st_load_plan *p, const struct st_load_span *s
     uint64_t direct_bytes = 0;
     if (sp->embd) {
         ranges[n++] = (struct st_read_range){m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
-                                             w + p->dir.model[sp->model].embd_offset};
+                                             d->w + p->dir.model[sp->model].embd_offset};
         direct_bytes += m->tok_embd->n_bytes;
     }
     for (uint32_t j = sp->j0; j < sp->j1; j++) {
         const struct job *jb = &p->jobs[j];
         if (jb->dst->run_type != jb->dst->gguf_type) continue;
-        ranges[n++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, w + jb->dst->offset};
+        ranges[n++] = (struct st_read_range){jb->file_offset, jb->t->n_bytes, d->w + jb->dst->offset};
         direct_bytes += jb->t->n_bytes;
     }
     struct st_uring_stats us;
@@ -226,7 +226,7 @@ static int uring_span(const struct st_load_plan *p, const struct st_load_span *s
     if (rc) return -1;
     stats->read_seconds += st_load_now_s() - tr;
     pr->base += direct_bytes;
-    return st_load_staged(p, sp, w, uo, sg, stats, e);
+    return st_load_staged(p, sp, d, uo, sg, stats, e);
 }
 
 // Jobs from j0 on until at least `bytes` of tensor data (or j1).
@@ -242,7 +242,7 @@ static uint32_t jobs_for(const struct st_load_plan *p, uint32_t j0, uint32_t j1,
 // first and the staging buffers are touched before io_uring's turn: either
 // way round, one probe would reuse memory the other had just freed, which a
 // VM's host still backs, and look up to 1.5x faster than it is.
-static int probe_and_load(const struct st_load_plan *p, uint32_t i, uint8_t *w, const struct st_load_opts *o,
+static int probe_and_load(const struct st_load_plan *p, uint32_t i, const struct st_load_dest *d, const struct st_load_opts *o,
                           const struct st_uring_opts *uo, struct st_load_staging *sg, struct st_load_progress *pr,
                           struct st_load_stats *stats, struct st_error *e)
 {
@@ -252,24 +252,24 @@ static int probe_and_load(const struct st_load_plan *p, uint32_t i, uint8_t *w, 
     uint32_t a = jobs_for(p, j0, j1, probe), b = jobs_for(p, a, j1, probe);
     if (b == j1) { // too small to split three ways: io_uring for all of it
         struct st_load_span all = {i, j0, j1, true};
-        return uring_span(p, &all, w, uo, sg, pr, stats, e);
+        return uring_span(p, &all, d, uo, sg, pr, stats, e);
     }
     struct st_load_span st = {i, j0, a, false}, su = {i, a, b, false}, rest = {i, b, j1, true};
     double t0 = st_load_now_s();
-    if (st_load_resident(p, &st, w, ST_LOAD_THROUGH_COLD, pr, stats, e)) return -1;
+    if (st_load_resident(p, &st, d, ST_LOAD_THROUGH_COLD, pr, stats, e)) return -1;
     double t1 = st_load_now_s();
     if (st_load_staging_reserve(sg, e)) return -1;
     double t2 = st_load_now_s();
-    if (uring_span(p, &su, w, uo, sg, pr, stats, e)) return -1;
+    if (uring_span(p, &su, d, uo, sg, pr, stats, e)) return -1;
     double t3 = st_load_now_s();
     stats->probe_gbps[0] = span_bytes(p, &su) / (t3 - t2) / 1e9;
     stats->probe_gbps[1] = span_bytes(p, &st) / (t1 - t0) / 1e9;
     stats->probed_files++;
     bool threads = o->pick == ST_LOAD_PICK_THREADS ||
                    (o->pick == ST_LOAD_PICK_FASTER && stats->probe_gbps[1] > stats->probe_gbps[0]);
-    if (!threads) return uring_span(p, &rest, w, uo, sg, pr, stats, e);
+    if (!threads) return uring_span(p, &rest, d, uo, sg, pr, stats, e);
     stats->threads_won++;
-    return st_load_resident(p, &rest, w, ST_LOAD_THROUGH_COLD, pr, stats, e);
+    return st_load_resident(p, &rest, d, ST_LOAD_THROUGH_COLD, pr, stats, e);
 }
 
 int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress, enum st_load_mode mode,
@@ -289,6 +289,12 @@ int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const st
                             (unsigned long long)wbytes, (unsigned long long)p->bytes);
     double t0 = st_load_now_s();
     memset(stats, 0, sizeof *stats);
+    struct st_load_dest d = {.w = w, .fd = -1};
+    if (o->write == ST_LOAD_WRITE_FD || (o->write == ST_LOAD_WRITE_AUTO && st_region_huge_kind(r) == ST_REGION_HUGE_NONE)) {
+        d.fd = st_region_fd(r);
+        d.fd_off = st_region_header(r)->sections[ST_REGION_WEIGHTS].offset;
+        stats->written_by_fd = true;
+    }
     // Directory, layer tables, norms and RoPE frequencies: small.
     struct st_layout_dir *dir = (struct st_layout_dir *)w;
     *dir = p->dir;
@@ -306,12 +312,12 @@ int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const st
         struct st_load_span all = {i, 0, 0, true};
         model_jobs(p, i, &all.j0, &all.j1);
         if (o->mode == ST_LOAD_CACHED || (o->mode == ST_LOAD_AUTO && st_load_is_resident(p->paths[i]))) {
-            rc = st_load_resident(p, &all, w, o->map_all ? ST_LOAD_THROUGH_MAP : ST_LOAD_THROUGH_CACHE, &pr, stats, e);
+            rc = st_load_resident(p, &all, &d, o->map_all ? ST_LOAD_THROUGH_MAP : ST_LOAD_THROUGH_CACHE, &pr, stats, e);
             stats->cached_files++;
         } else if (o->mode == ST_LOAD_IO_URING) {
-            rc = uring_span(p, &all, w, &uo, &sg, &pr, stats, e);
+            rc = uring_span(p, &all, &d, &uo, &sg, &pr, stats, e);
         } else {
-            rc = probe_and_load(p, i, w, o, &uo, &sg, &pr, stats, e);
+            rc = probe_and_load(p, i, &d, o, &uo, &sg, &pr, stats, e);
         }
     }
     st_load_staging_free(&sg);

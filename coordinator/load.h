@@ -26,6 +26,7 @@ struct st_load_stats {
     double read_seconds;   // of which in io_uring reads
     uint32_t cached_files; // files found in the page cache, repacked out of it by every CPU
     uint64_t mapped_bytes; // of file_bytes, repacked straight out of a mapping of the file
+    bool written_by_fd;    // the weights section went in with pwrite (small pages)
     uint32_t probed_files; // cold files read both ways first (ST_LOAD_AUTO)
     uint32_t threads_won;  // of those, files whose rest went through the page cache
     double probe_gbps[2];  // the last probe's rates: io_uring, threads
@@ -59,6 +60,11 @@ int st_load_run(const struct st_load_plan *p, struct st_region *r, bool progress
 
 #define ST_LOAD_PROBE_BYTES (UINT64_C(128) << 20)
 
+// AUTO: with pwrite on the region's memfd where the region is in small
+// pages (coordinator/load_write.c), else through its mapping.  Tests force
+// either.
+enum st_load_write { ST_LOAD_WRITE_AUTO = 0, ST_LOAD_WRITE_MAPPED, ST_LOAD_WRITE_FD };
+
 enum st_load_pick { ST_LOAD_PICK_FASTER = 0, ST_LOAD_PICK_URING, ST_LOAD_PICK_THREADS };
 
 struct st_load_opts {
@@ -68,6 +74,7 @@ struct st_load_opts {
     enum st_load_pick pick;    // after the probe (tests force either way)
     bool map_all;              // cached files: every piece out of the mapping, where
                                // mapped huge or not (tests: small files are never huge)
+    enum st_load_write write;  // how the weights section is written
 };
 
 int st_load_run_opts(const struct st_load_plan *p, struct st_region *r, const struct st_load_opts *o,

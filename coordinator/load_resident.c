@@ -58,7 +58,7 @@ struct piece {
     const struct job *jb; // NULL: a plain copy to dst
     uint64_t file_offset, length;
     int64_t r0, r1;
-    uint8_t *dst;
+    uint64_t dst; // a copy's offset in the weights section
 };
 
 struct loader {
@@ -68,7 +68,7 @@ struct loader {
     uint64_t map_len;
     bool *huge; // [map_len / HUGE_BYTES + 1]: whether that part of map is mapped huge; NULL: all used
     atomic_uint_fast64_t mapped_bytes;
-    uint8_t *w;
+    const struct st_load_dest *d;
     struct piece *pieces;
     uint64_t n_pieces, buf_bytes;
     atomic_uint_fast64_t next, done_bytes;
@@ -95,7 +95,7 @@ static int add(struct loader *L, uint64_t *cap, struct piece pc)
     return 0;
 }
 
-static int add_copy(struct loader *L, uint64_t *cap, uint64_t off, uint64_t len, uint8_t *dst)
+static int add_copy(struct loader *L, uint64_t *cap, uint64_t off, uint64_t len, uint64_t dst)
 {
     for (uint64_t at = 0; at < len; at += COPY_BYTES) {
         uint64_t n = len - at < COPY_BYTES ? len - at : COPY_BYTES;
@@ -113,7 +113,7 @@ static int add_rows(struct loader *L, uint64_t *cap, const struct job *jb)
     if (step < 8) step = 8;
     for (int64_t r0 = 0; r0 < m->rows; r0 += step) {
         int64_t r1 = r0 + step < m->rows ? r0 + step : m->rows;
-        struct piece pc = {jb, jb->file_offset + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb, r0, r1, NULL};
+        struct piece pc = {jb, jb->file_offset + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb, r0, r1, 0};
         if (add(L, cap, pc)) return -1;
     }
     return 0;
@@ -166,15 +166,15 @@ static void on_sigbus(int sig)
     signal(sig, SIG_DFL); // not ours: the access faults again, with the default action
 }
 
-// Repacks a piece's rows from src (its bytes, mapped or read) into the region.
-static int repack(const struct loader *L, const struct piece *pc, const uint8_t *src, struct st_error *e)
+// Repacks a piece's rows from src (its bytes, mapped or read) into the region;
+// out: scratch for writing through the region's fd.
+static int repack(const struct loader *L, const struct piece *pc, const uint8_t *src, uint8_t *out,
+                  struct st_error *e)
 {
-    const struct st_layout_mat *m = pc->jb->dst;
-    return st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src, pc->r0, pc->r1, L->w + m->offset, m->bytes,
-                          e);
+    return st_load_put_rows(L->d, pc->jb->dst, src, pc->r0, pc->r1, out, ST_LOAD_PUT_SCRATCH, e);
 }
 
-static int repack_mapped(const struct loader *L, const struct piece *pc, struct st_error *e)
+static int repack_mapped(const struct loader *L, const struct piece *pc, uint8_t *out, struct st_error *e)
 {
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
@@ -183,7 +183,7 @@ static int repack_mapped(const struct loader *L, const struct piece *pc, struct 
                             L->path, (unsigned long long)pc->file_offset);
     }
     bus_jump = &jb;
-    int rc = repack(L, pc, L->map + pc->file_offset, e);
+    int rc = repack(L, pc, L->map + pc->file_offset, out, e);
     bus_jump = NULL;
     return rc;
 }
@@ -199,14 +199,27 @@ static bool mapped_huge(const struct loader *L, const struct piece *pc)
     return true;
 }
 
+// Copies a piece in place: read straight into the region's mapping, or,
+// writing through its fd, into buf first.
+static int copy_piece(const struct loader *L, const struct piece *pc, uint8_t *buf, struct st_error *e)
+{
+    if (L->d->fd < 0) return st_load_pread(L->fd, L->path, L->d->w + pc->dst, pc->file_offset, pc->length, e);
+    if (st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, e)) return -1;
+    return st_load_put_bytes(L->d, pc->dst, buf, pc->length, e);
+}
+
 static void *worker(void *v)
 {
     struct loader *L = v;
     struct st_error e = {{0}};
-    uint8_t *buf = aligned_alloc(64, (L->buf_bytes + 63) / 64 * 64 + 64);
-    if (!buf) {
-        st_error_set(&e, "load: out of memory for a %llu-byte piece buffer", (unsigned long long)L->buf_bytes);
+    bool by_fd = L->d->fd >= 0;
+    uint64_t bytes = by_fd && L->buf_bytes < COPY_BYTES ? COPY_BYTES : L->buf_bytes;
+    uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    uint8_t *out = by_fd ? malloc(ST_LOAD_PUT_SCRATCH) : NULL; // repacked rows on their way to the fd
+    if (!buf || (by_fd && !out)) {
+        st_error_set(&e, "load: out of memory for a %llu-byte piece buffer", (unsigned long long)bytes);
         fail(L, &e);
+        free(buf);
         return NULL;
     }
     for (;;) {
@@ -215,13 +228,13 @@ static void *worker(void *v)
         const struct piece *pc = &L->pieces[i];
         int rc;
         if (!pc->jb) {
-            rc = st_load_pread(L->fd, L->path, pc->dst, pc->file_offset, pc->length, &e);
+            rc = copy_piece(L, pc, buf, &e);
         } else if (mapped_huge(L, pc)) {
-            rc = repack_mapped(L, pc, &e);
+            rc = repack_mapped(L, pc, out, &e);
             if (!rc) atomic_fetch_add(&L->mapped_bytes, pc->length);
         } else { // a cold file, or the part of one cut short since it was planned
             rc = st_load_pread(L->fd, L->path, buf, pc->file_offset, pc->length, &e);
-            if (!rc) rc = repack(L, pc, buf, &e);
+            if (!rc) rc = repack(L, pc, buf, out, &e);
         }
         if (rc) {
             fail(L, &e);
@@ -231,6 +244,7 @@ static void *worker(void *v)
         uint64_t done = atomic_fetch_add(&L->done_bytes, pc->length) + pc->length;
         if (L->pr->on && pc->length >= (1u << 20)) st_load_draw(L->pr, done, L->pr->total);
     }
+    free(out);
     free(buf);
     return NULL;
 }
@@ -261,13 +275,13 @@ static void map_file(struct loader *L, uint64_t size, bool all)
     L->map_len = size;
 }
 
-int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp, const struct st_load_dest *d,
                      enum st_load_through through, struct st_load_progress *pr, struct st_load_stats *stats,
                      struct st_error *e)
 {
     const struct st_llama_model *m = p->models[sp->model];
     bool drop_behind = through == ST_LOAD_THROUGH_COLD;
-    struct loader L = {.path = p->paths[sp->model], .w = w, .drop_behind = drop_behind, .pr = pr,
+    struct loader L = {.path = p->paths[sp->model], .d = d, .drop_behind = drop_behind, .pr = pr,
                        .err_lock = PTHREAD_MUTEX_INITIALIZER};
     uint64_t cap = 0;
     int rc = -1;
@@ -279,11 +293,11 @@ int st_load_resident(const struct st_load_plan *p, const struct st_load_span *sp
         (all || st_page_cache_fraction(L.fd, 0, (uint64_t)sb.st_size) >= ST_LOAD_RESIDENT_FRACTION))
         map_file(&L, (uint64_t)sb.st_size, all); // else everything by pread, as for a cold file
     if (sp->embd && add_copy(&L, &cap, m->gguf->data_offset + m->tok_embd->offset, m->tok_embd->n_bytes,
-                             w + p->dir.model[sp->model].embd_offset))
+                             p->dir.model[sp->model].embd_offset))
         goto oom;
     for (uint32_t j = sp->j0; j < sp->j1; j++) {
         const struct job *jb = &p->jobs[j];
-        int r = jb->dst->run_type == jb->dst->gguf_type ? add_copy(&L, &cap, jb->file_offset, jb->t->n_bytes, w + jb->dst->offset)
+        int r = jb->dst->run_type == jb->dst->gguf_type ? add_copy(&L, &cap, jb->file_offset, jb->t->n_bytes, jb->dst->offset)
                                                          : add_rows(&L, &cap, jb);
         if (r) goto oom;
     }

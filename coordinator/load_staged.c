@@ -31,7 +31,8 @@ struct shared {
 struct stage {
     const struct st_load_plan *p;
     struct shared *sh;
-    uint8_t *w, **buf; // the staging's buffer of this stage
+    const struct st_load_dest *d;
+    uint8_t **buf; // the staging's buffer of this stage
     uint32_t a, b;         // jobs [a, b) of the batch
     const void **src;      // [b - a] staged tensor, NULL if not in the batch
     struct st_read_range *sr;
@@ -56,6 +57,11 @@ static void *repack_part(void *v)
 {
     struct part *pa = v;
     const struct stage *st = pa->st;
+    uint8_t *scratch = NULL; // the repacked rows on their way to the memfd
+    if (st->d->fd >= 0 && !(scratch = malloc(ST_LOAD_PUT_SCRATCH))) {
+        pa->rc = st_error_set(&pa->e, "load: out of memory");
+        return NULL;
+    }
     for (uint32_t j = st->a; j < st->b && !pa->rc; j++) {
         const struct st_layout_mat *m = st->p->jobs[j].dst;
         const uint8_t *src = st->src[j - st->a];
@@ -65,9 +71,9 @@ static void *repack_part(void *v)
         int64_t r0 = per * pa->part, r1 = r0 + per < m->rows ? r0 + per : m->rows;
         if (r0 >= r1) continue;
         size_t rb = st_type_row_bytes(m->gguf_type, m->cols);
-        pa->rc = st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src + r0 * rb, r0, r1,
-                                st->w + m->offset, m->bytes, &pa->e);
+        pa->rc = st_load_put_rows(st->d, m, src + r0 * rb, r0, r1, scratch, ST_LOAD_PUT_SCRATCH, &pa->e);
     }
+    free(scratch);
     return NULL;
 }
 
@@ -184,7 +190,7 @@ void st_load_staging_free(struct st_load_staging *sg)
     }
 }
 
-int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, uint8_t *w,
+int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, const struct st_load_dest *d,
                    const struct st_uring_opts *uo, struct st_load_staging *stg, struct st_load_stats *stats,
                    struct st_error *e)
 {
@@ -194,7 +200,7 @@ int st_load_staged(const struct st_load_plan *p, const struct st_load_span *sp, 
     struct stage sg[STAGES];
     int rc = -1;
     for (int k = 0; k < STAGES; k++) {
-        sg[k] = (struct stage){.p = p, .sh = &sh, .w = w, .buf = &stg->buf[k], .uo = *uo};
+        sg[k] = (struct stage){.p = p, .sh = &sh, .d = d, .buf = &stg->buf[k], .uo = *uo};
         sg[k].uo.progress = NULL; // drawn per batch: the tasks' reads overlap
     }
     for (int k = 0; k < STAGES; k++) {

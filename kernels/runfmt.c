@@ -321,12 +321,14 @@ static bool repack_group_copy(uint32_t gguf_type, uint32_t run_type, const uint8
     return true;
 }
 
+// Repacks rows [row_begin, row_end) into out, which holds their groups from
+// group row_begin / 8 on (the whole tensor's data when that is 0).
 static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
-                     const void *src, int64_t row_begin, int64_t row_end, void *dst,
+                     const void *src, int64_t row_begin, int64_t row_end, void *out,
                      struct st_error *e)
 {
     struct st_kern_weight w;
-    if (st_kern_weight_init(&w, run_type, rows, cols, dst, e)) return -1;
+    if (st_kern_weight_init(&w, run_type, rows, cols, out, e)) return -1;
     int64_t nb = cols / st_kern_x8_block_elems(run_type);
     size_t src_row = st_type_row_bytes(gguf_type, cols);
     size_t qb = st_kern_x8_qbytes(run_type);
@@ -334,7 +336,7 @@ static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t ru
     int64_t last = row_end == rows ? (rows + ST_KERN_X8 - 1) / ST_KERN_X8 * ST_KERN_X8 : row_end;
     size_t used = (size_t)nb * (qb + 8 * sizeof(uint16_t));
     for (int64_t r = row_begin; r < last; r++) {
-        uint8_t *g = (uint8_t *)dst + (size_t)(r / ST_KERN_X8) * w.stride;
+        uint8_t *g = (uint8_t *)out + (size_t)(r / ST_KERN_X8 - row_begin / ST_KERN_X8) * w.stride;
         uint16_t *scales = (uint16_t *)(g + (size_t)nb * qb);
         int l = (int)(r % ST_KERN_X8);
         if (l == 0) memset(g + used, 0, w.stride - used); // alignment pad
@@ -361,31 +363,69 @@ static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t ru
     return 0;
 }
 
-int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
-                   const void *src, int64_t row_begin, int64_t row_end, void *dst,
-                   size_t dst_size, struct st_error *e)
+void st_kern_repack_span(uint32_t run_type, int64_t rows, int64_t cols, int64_t row_begin, int64_t row_end,
+                         size_t *off, size_t *len)
+{
+    (void)rows;
+    if (st_kern_is_x8(run_type)) {
+        size_t stride = st_kern_x8_stride(run_type, cols);
+        int64_t g0 = row_begin / ST_KERN_X8, g1 = (row_end + ST_KERN_X8 - 1) / ST_KERN_X8;
+        *off = (size_t)g0 * stride;
+        *len = (size_t)(g1 - g0) * stride;
+    } else {
+        size_t rb = st_type_row_bytes(run_type, cols);
+        *off = (size_t)row_begin * rb;
+        *len = (size_t)(row_end - row_begin) * rb;
+    }
+}
+
+static int check_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, int64_t row_begin,
+                        int64_t row_end, struct st_error *e)
 {
     size_t need = st_kern_run_size(run_type, rows, cols);
     if (!st_kern_run_accepts(run_type, gguf_type) || need == 0)
         return st_error_set(e, "st_kern_repack(%s -> %s, %lld x %lld): unsupported",
                             st_type_name(gguf_type), st_kern_run_name(run_type),
                             (long long)rows, (long long)cols);
-    if (dst_size < need)
-        return st_error_set(e, "st_kern_repack(%s -> %s, %lld x %lld): %zu bytes given, %zu needed",
-                            st_type_name(gguf_type), st_kern_run_name(run_type),
-                            (long long)rows, (long long)cols, dst_size, need);
     if (row_begin < 0 || row_end > rows || row_begin > row_end ||
         (st_kern_is_x8(run_type) &&
          (row_begin % ST_KERN_X8 || (row_end % ST_KERN_X8 && row_end != rows))))
         return st_error_set(e, "st_kern_repack(%s -> %s, %lld rows): bad row range [%lld, %lld)",
                             st_type_name(gguf_type), st_kern_run_name(run_type),
                             (long long)rows, (long long)row_begin, (long long)row_end);
+    return 0;
+}
+
+int st_kern_repack_part(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,
+                        int64_t row_begin, int64_t row_end, void *part, size_t part_size, struct st_error *e)
+{
+    if (check_repack(gguf_type, rows, cols, run_type, row_begin, row_end, e)) return -1;
+    size_t off, len;
+    st_kern_repack_span(run_type, rows, cols, row_begin, row_end, &off, &len);
+    if (part_size < len)
+        return st_error_set(e, "st_kern_repack(%s -> %s, rows [%lld, %lld)): %zu bytes given, %zu needed",
+                            st_type_name(gguf_type), st_kern_run_name(run_type), (long long)row_begin,
+                            (long long)row_end, part_size, len);
     if (!st_kern_is_x8(run_type)) {
-        size_t rb = st_type_row_bytes(gguf_type, cols);
-        memcpy((uint8_t *)dst + (size_t)row_begin * rb, src, (size_t)(row_end - row_begin) * rb);
+        memcpy(part, src, len);
         return 0;
     }
-    return repack_x8(gguf_type, rows, cols, run_type, src, row_begin, row_end, dst, e);
+    return repack_x8(gguf_type, rows, cols, run_type, src, row_begin, row_end, part, e);
+}
+
+int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
+                   const void *src, int64_t row_begin, int64_t row_end, void *dst,
+                   size_t dst_size, struct st_error *e)
+{
+    if (check_repack(gguf_type, rows, cols, run_type, row_begin, row_end, e)) return -1;
+    size_t need = st_kern_run_size(run_type, rows, cols), off, len;
+    if (dst_size < need)
+        return st_error_set(e, "st_kern_repack(%s -> %s, %lld x %lld): %zu bytes given, %zu needed",
+                            st_type_name(gguf_type), st_kern_run_name(run_type),
+                            (long long)rows, (long long)cols, dst_size, need);
+    st_kern_repack_span(run_type, rows, cols, row_begin, row_end, &off, &len);
+    return st_kern_repack_part(gguf_type, rows, cols, run_type, src, row_begin, row_end, (uint8_t *)dst + off,
+                               dst_size - off, e);
 }
 
 void st_kern_weight_row(const struct st_kern_weight *w, int64_t row, float *dst)

@@ -229,6 +229,24 @@ static void test_repack_exact(void **state)
                     r1 = r0;
                 }
                 assert_memory_equal(p, t.run, sz);
+                // Each range repacked on its own into a buffer is the tensor's
+                // bytes at the range's span (the loader writes it there).
+                for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+                    int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
+                    size_t off, len;
+                    st_kern_repack_span(FORMATS[f].run, rows, cols, r0, r1, &off, &len);
+                    assert_true(off + len <= sz && len > 0);
+                    uint8_t *part = xmalloc(len);
+                    memset(part, 0x5a, len);
+                    if (st_kern_repack_part(FORMATS[f].src, rows, cols, FORMATS[f].run, (uint8_t *)t.src + r0 * rb,
+                                            r0, r1, part, len, &e))
+                        fail_msg("%s", e.msg);
+                    assert_memory_equal(part, (uint8_t *)t.run + off, len);
+                    assert_int_equal(st_kern_repack_part(FORMATS[f].src, rows, cols, FORMATS[f].run,
+                                                         (uint8_t *)t.src + r0 * rb, r0, r1, part, len - 1, &e),
+                                     -1);
+                    free(part);
+                }
                 // The scalar reference writes the same bytes as the SIMD repack.
                 assert_int_equal(st_kern_set_level(ST_KERN_LEVEL_SCALAR), 0);
                 memset(p, 0x5a, sz);

@@ -1,8 +1,9 @@
 // Model loading into a region: the io_uring path, the page-cache path and
 // the probe (part of a file each way, then the rest either way) must write
 // the same bytes, for every pico type pair (repacked run formats, matrices
-// read in place, norms, the directory); a file cut short is a clear error on
-// every path.  The pico files are too small for the kernel to map them huge,
+// read in place, norms, the directory), whether they write the region
+// through its mapping or, as for small pages, with pwrite on its fd; a file
+// cut short is a clear error on every path.  The pico files are too small for the kernel to map them huge,
 // so the page-cache path reads them with pread; map_all covers its other way,
 // out of the mapping.
 #include <setjmp.h>
@@ -64,6 +65,7 @@ static uint8_t *load_copy(const char *target, const char *draft, const struct st
     assert_true(st.file_bytes > 0 && st.gbps > 0);
     if (o->map_all) assert_int_equal(st.mapped_bytes > 0, repacks(models, n)); // repacked out of the mapping
     if (o->mode != ST_LOAD_CACHED) assert_int_equal(st.mapped_bytes, 0);
+    assert_int_equal(st.written_by_fd, o->write != ST_LOAD_WRITE_MAPPED); // the test regions are in small pages
     uint64_t sb;
     const uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &sb);
     copy = malloc(wbytes);
@@ -84,12 +86,15 @@ static void check_pair(const char *target_rel, const char *draft_rel)
     if (draft_rel) st_test_shared(draft_rel, d, sizeof d);
     struct st_error e = {{0}};
     uint64_t na = 0, nb = 0;
-    struct st_load_opts ref = {.mode = ST_LOAD_IO_URING};
+    struct st_load_opts ref = {.mode = ST_LOAD_IO_URING, .write = ST_LOAD_WRITE_MAPPED};
     uint8_t *a = load_copy(t, draft_rel ? d : NULL, &ref, &na, &e);
     if (!a) fail_msg("io_uring load of %s: %s", target_rel, e.msg);
     const struct st_load_opts others[] = {
+        {.mode = ST_LOAD_IO_URING},
         {.mode = ST_LOAD_CACHED},
+        {.mode = ST_LOAD_CACHED, .write = ST_LOAD_WRITE_MAPPED},
         {.mode = ST_LOAD_CACHED, .map_all = true},
+        {.mode = ST_LOAD_CACHED, .map_all = true, .write = ST_LOAD_WRITE_MAPPED},
         {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_URING},
         {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_THREADS},
         {.mode = ST_LOAD_PROBE, .probe_bytes = 64 << 10, .pick = ST_LOAD_PICK_FASTER},
