@@ -47,7 +47,7 @@ int st_load_put_rows(const struct st_load_dest *d, const struct st_layout_mat *m
     if (d->fd < 0)
         return st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src, r0, r1, d->w + m->offset, m->bytes, e);
     size_t off, group; // bytes of 8 rows in the run format
-    st_kern_repack_span(m->run_type, m->rows, m->cols, 0, 8, &off, &group);
+    st_kern_repack_span(m->run_type, m->cols, 0, 8, &off, &group);
     int64_t step = (int64_t)(scratch_bytes / group) * 8;
     if (step < 8)
         return st_error_set(e, "load: a %llu-byte buffer cannot hold 8 rows of %llu bytes",
@@ -56,7 +56,7 @@ int st_load_put_rows(const struct st_load_dest *d, const struct st_layout_mat *m
     for (int64_t a = r0; a < r1; a += step) {
         int64_t b = a + step < r1 ? a + step : r1;
         size_t len;
-        st_kern_repack_span(m->run_type, m->rows, m->cols, a, b, &off, &len);
+        st_kern_repack_span(m->run_type, m->cols, a, b, &off, &len);
         if (st_kern_repack_part(m->gguf_type, m->rows, m->cols, m->run_type, src + (size_t)(a - r0) * rb, a, b,
                                 scratch, scratch_bytes, e) ||
             pwrite_all(d, m->offset + off, scratch, len, e))

@@ -135,11 +135,11 @@ int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_
                    const void *src, int64_t row_begin, int64_t row_end, void *dst,
                    size_t dst_size, struct st_error *e);
 
-// The bytes [*off, *off + *len) of a rows x cols tensor's run format that
+// The bytes [*off, *off + *len) of a tensor's run format (cols columns) that
 // rows [row_begin, row_end) fill: whole 8-row groups for the interleaved
 // formats (the padding rows of the last one included).
-void st_kern_repack_span(uint32_t run_type, int64_t rows, int64_t cols, int64_t row_begin, int64_t row_end,
-                         size_t *off, size_t *len);
+void st_kern_repack_span(uint32_t run_type, int64_t cols, int64_t row_begin, int64_t row_end, size_t *off,
+                         size_t *len);
 // st_kern_repack writing only that span, to part (part_size bytes): the
 // loader repacks into a buffer and writes it where it belongs.
 int st_kern_repack_part(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,

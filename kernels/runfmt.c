@@ -363,10 +363,9 @@ static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t ru
     return 0;
 }
 
-void st_kern_repack_span(uint32_t run_type, int64_t rows, int64_t cols, int64_t row_begin, int64_t row_end,
-                         size_t *off, size_t *len)
+void st_kern_repack_span(uint32_t run_type, int64_t cols, int64_t row_begin, int64_t row_end, size_t *off,
+                         size_t *len)
 {
-    (void)rows;
     if (st_kern_is_x8(run_type)) {
         size_t stride = st_kern_x8_stride(run_type, cols);
         int64_t g0 = row_begin / ST_KERN_X8, g1 = (row_end + ST_KERN_X8 - 1) / ST_KERN_X8;
@@ -396,21 +395,29 @@ static int check_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t
     return 0;
 }
 
-int st_kern_repack_part(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,
-                        int64_t row_begin, int64_t row_end, void *part, size_t part_size, struct st_error *e)
+// Repacks validated rows [row_begin, row_end) into part, which holds their
+// span (st_kern_repack_span) and is at least len bytes long.
+static int repack_span(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,
+                       int64_t row_begin, int64_t row_end, void *part, size_t len, struct st_error *e)
 {
-    if (check_repack(gguf_type, rows, cols, run_type, row_begin, row_end, e)) return -1;
-    size_t off, len;
-    st_kern_repack_span(run_type, rows, cols, row_begin, row_end, &off, &len);
-    if (part_size < len)
-        return st_error_set(e, "st_kern_repack(%s -> %s, rows [%lld, %lld)): %zu bytes given, %zu needed",
-                            st_type_name(gguf_type), st_kern_run_name(run_type), (long long)row_begin,
-                            (long long)row_end, part_size, len);
     if (!st_kern_is_x8(run_type)) {
         memcpy(part, src, len);
         return 0;
     }
     return repack_x8(gguf_type, rows, cols, run_type, src, row_begin, row_end, part, e);
+}
+
+int st_kern_repack_part(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,
+                        int64_t row_begin, int64_t row_end, void *part, size_t part_size, struct st_error *e)
+{
+    if (check_repack(gguf_type, rows, cols, run_type, row_begin, row_end, e)) return -1;
+    size_t off, len;
+    st_kern_repack_span(run_type, cols, row_begin, row_end, &off, &len);
+    if (part_size < len)
+        return st_error_set(e, "st_kern_repack(%s -> %s, rows [%lld, %lld)): %zu bytes given, %zu needed",
+                            st_type_name(gguf_type), st_kern_run_name(run_type), (long long)row_begin,
+                            (long long)row_end, part_size, len);
+    return repack_span(gguf_type, rows, cols, run_type, src, row_begin, row_end, part, len, e);
 }
 
 int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
@@ -423,9 +430,8 @@ int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_
         return st_error_set(e, "st_kern_repack(%s -> %s, %lld x %lld): %zu bytes given, %zu needed",
                             st_type_name(gguf_type), st_kern_run_name(run_type),
                             (long long)rows, (long long)cols, dst_size, need);
-    st_kern_repack_span(run_type, rows, cols, row_begin, row_end, &off, &len);
-    return st_kern_repack_part(gguf_type, rows, cols, run_type, src, row_begin, row_end, (uint8_t *)dst + off,
-                               dst_size - off, e);
+    st_kern_repack_span(run_type, cols, row_begin, row_end, &off, &len);
+    return repack_span(gguf_type, rows, cols, run_type, src, row_begin, row_end, (uint8_t *)dst + off, len, e);
 }
 
 void st_kern_weight_row(const struct st_kern_weight *w, int64_t row, float *dst)

@@ -170,10 +170,10 @@ static double now_s(void)
 // recent kernels, task work such as io_uring's); `bench shm --model` failed
 // so once, creating a region right after a load.  Both can simply be called
 // again: the pages already allocated stay.
-static int preallocate(int fd, void *base, uint64_t total, bool transparent, bool small, struct st_error *e)
+static int preallocate(int fd, void *base, uint64_t total, enum st_region_huge huge, struct st_error *e)
 {
     int rc;
-    if (transparent) {
+    if (huge == ST_REGION_HUGE_TRANSPARENT) {
         do rc = madvise(base, total, MADV_POPULATE_WRITE);
         while (rc < 0 && errno == EINTR);
         if (rc < 0 && errno != EINVAL) // EINVAL: kernel < 5.14
@@ -188,7 +188,7 @@ static int preallocate(int fd, void *base, uint64_t total, bool transparent, boo
         return st_error_set(e, "cannot allocate %" PRIu64 " bytes of shared memory: %s", total,
                             strerror(errno));
     }
-    if (small) return 0;
+    if (huge == ST_REGION_HUGE_NONE) return 0;
     void *p = mmap(base, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED)
         return st_error_set(e, "mmap(MAP_POPULATE, %" PRIu64 " bytes): %s", total, strerror(errno));
@@ -262,7 +262,7 @@ int st_region_create(const struct st_region_config *cfg, struct st_region **out,
     }
     if (bind_node(base, total, cfg->mem_node, &r->bound, e) < 0) goto fail;
     double t0 = now_s();
-    if (preallocate(fd, base, total, r->huge == ST_REGION_HUGE_TRANSPARENT, r->huge == ST_REGION_HUGE_NONE, e) < 0) goto fail;
+    if (preallocate(fd, base, total, r->huge, e) < 0) goto fail;
     r->alloc_seconds = now_s() - t0;
 
     // First touch: after the binding, so the header page lands on the node.

@@ -234,7 +234,7 @@ static void test_repack_exact(void **state)
                 for (int64_t r0 = 0; r0 < rows; r0 += 16) {
                     int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
                     size_t off, len;
-                    st_kern_repack_span(FORMATS[f].run, rows, cols, r0, r1, &off, &len);
+                    st_kern_repack_span(FORMATS[f].run, cols, r0, r1, &off, &len);
                     assert_true(off + len <= sz && len > 0);
                     uint8_t *part = xmalloc(len);
                     memset(part, 0x5a, len);
