@@ -1,6 +1,8 @@
 // Creating, attaching and mapping shared regions (layout in shm/region.h).
 #include "shm/region.h"
 
+#include "shm/private_tmpfs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,7 +24,7 @@ struct st_region {
     int fd;
     bool bound;                 // mbind to header.mem_node succeeded
     enum st_region_huge huge;
-    char huge_note[96];
+    char huge_note[192];
     double alloc_seconds;       // preallocating and mapping the pages at creation
     struct st_region_header *hdr; // start of the read-write mapping
     uint64_t rw_bytes;          // length of that mapping
@@ -224,36 +226,49 @@ int st_region_create(const struct st_region_config *cfg, struct st_region **out,
         r->huge = ST_REGION_HUGE_EXPLICIT;
         snprintf(r->huge_note, sizeof r->huge_note, "explicit 2 MiB pages (hugetlbfs)");
     } else {
-        fd = memfd_create(name, 0); // no MFD_CLOEXEC: exec'd workers inherit it
+        // Where shmem THP is "never", a tmpfs instance of our own still gives
+        // transparent huge pages ("deny" forbids them everywhere).
+        char setting[32], tmpfs_why[96] = "";
+        shmem_thp_setting(setting, sizeof setting);
+        bool own_tmpfs = cfg->huge != ST_REGION_HUGE_OFF && !strcmp(setting, "never");
+        if (own_tmpfs) {
+            fd = st_private_tmpfs_open(total, ST_PRIVATE_TMPFS_AUTO, tmpfs_why, sizeof tmpfs_why);
+            own_tmpfs = fd >= 0;
+        }
+        if (!own_tmpfs) fd = memfd_create(name, 0); // no MFD_CLOEXEC: exec'd workers inherit it
         if (fd < 0) {
             st_error_set(e, "memfd_create(%s): %s", name, strerror(errno));
             goto fail;
         }
         if (ftruncate(fd, (off_t)total) < 0) {
-            st_error_set(e, "ftruncate(memfd %s, %" PRIu64 " bytes): %s", name, total,
-                         strerror(errno));
+            st_error_set(e, "ftruncate(%s %s, %" PRIu64 " bytes): %s",
+                         own_tmpfs ? "private tmpfs file" : "memfd", name, total, strerror(errno));
             goto fail;
         }
         base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (base == MAP_FAILED) {
-            st_error_set(e, "mmap(memfd %s, %" PRIu64 " bytes): %s", name, total,
-                         strerror(errno));
+            st_error_set(e, "mmap(%s, %" PRIu64 " bytes): %s", name, total, strerror(errno));
             goto fail;
         }
-        char setting[32];
-        shmem_thp_setting(setting, sizeof setting);
+        // The advice also lets the fault path compact memory for a huge page
+        // (THP defrag "madvise").
         if (cfg->huge == ST_REGION_HUGE_OFF) {
             snprintf(r->huge_note, sizeof r->huge_note, "small pages (huge pages not requested)");
         } else if (madvise(base, total, MADV_HUGEPAGE) < 0) {
             snprintf(r->huge_note, sizeof r->huge_note, "small pages (madvise: %s)",
                      strerror(errno));
+        } else if (own_tmpfs) {
+            r->huge = ST_REGION_HUGE_TRANSPARENT;
+            snprintf(r->huge_note, sizeof r->huge_note,
+                     "transparent huge pages (private tmpfs, huge=always; shmem THP never)");
         } else if (!strcmp(setting, "never") || !strcmp(setting, "deny")) {
             // Say how many explicit pages a pool would need (deploy/ has a sysctl file).
             char pool[64] = "";
             if (cfg->huge == ST_REGION_HUGE_AUTO)
                 snprintf(pool, sizeof pool, "%ld of %" PRIu64 " 2 MiB huge pages free, ",
                          free_huge_pages(cfg->mem_node), (total + ST_REGION_HUGE_BYTES - 1) / ST_REGION_HUGE_BYTES);
-            snprintf(r->huge_note, sizeof r->huge_note, "small pages (%sshmem THP %s)", pool, setting);
+            snprintf(r->huge_note, sizeof r->huge_note, "small pages (%sshmem THP %s%s%s)", pool,
+                     setting, tmpfs_why[0] ? "; private tmpfs: " : "", tmpfs_why);
         } else {
             r->huge = ST_REGION_HUGE_TRANSPARENT;
             snprintf(r->huge_note, sizeof r->huge_note, "transparent huge pages (shmem THP %s)",

@@ -1,8 +1,10 @@
-// Shared regions: one memfd-backed mapping per (virtual) NUMA node.  The
-// coordinator creates it, binds it to its node before anything touches it,
-// asks for huge pages, and lays out the sections; workers inherit the fd (it
-// is not close-on-exec), attach it, validate the header and map the weights
-// read-only.
+// Shared regions: one shared-memory file mapped per (virtual) NUMA node.
+// The coordinator creates it, binds it to its node before anything touches
+// it, asks for huge pages, and lays out the sections; workers inherit the fd
+// (it is not close-on-exec), attach it, validate the header and map the
+// weights read-only.  The file is a memfd, or, where shmem THP is "never"
+// and no pool of explicit huge pages is reserved, a file on a private tmpfs
+// instance that gives transparent ones (shm/private_tmpfs.h).
 //
 // File layout (every section starts on a multiple of header.align):
 //   [header][control][kv][scratch][weights]
@@ -33,7 +35,7 @@ enum st_region_section {
 // What the region got.
 enum st_region_huge {
     ST_REGION_HUGE_NONE = 0,
-    ST_REGION_HUGE_TRANSPARENT = 1, // madvise(MADV_HUGEPAGE) on shmem
+    ST_REGION_HUGE_TRANSPARENT = 1, // THP: shmem with madvise, or a private huge=always tmpfs
     ST_REGION_HUGE_EXPLICIT = 2,    // MFD_HUGETLB 2 MiB pages
 };
 
@@ -65,7 +67,7 @@ struct st_region_header {
     uint64_t magic;        // ST_REGION_MAGIC
     uint32_t version;      // ST_REGION_VERSION
     uint32_t header_bytes; // sizeof(struct st_region_header) of the creator
-    uint64_t total_bytes;  // size of the memfd
+    uint64_t total_bytes;  // size of the file
     uint64_t align;        // section alignment: page size or 2 MiB
     int32_t mem_node;      // NUMA node the region is bound to, -1 if none
     uint32_t huge;         // enum st_region_huge obtained
@@ -94,7 +96,8 @@ struct st_region_attach_opts {
 
 struct st_region; // process-local view: fd and mappings
 
-// Creates the memfd, sizes it, maps it, binds it to cfg->mem_node (when NUMA
+// Creates the file (memfd or private tmpfs), sizes it, maps it, binds it to
+// cfg->mem_node (when NUMA
 // is available) and writes the header.  Checks the size against MemAvailable.
 int st_region_create(const struct st_region_config *cfg, struct st_region **out,
                      struct st_error *e);

@@ -1,6 +1,7 @@
 // shm/: the memory every process part stands on.  Public face of the
 // subsystem; each part has its own small header:
-//   shm/region.h     shared regions (memfd per NUMA node, header, sections)
+//   shm/region.h     shared regions (one file per NUMA node, header, sections)
+//   shm/private_tmpfs.h  a tmpfs instance of our own, for transparent huge pages
 //   shm/topology.h   NUMA nodes and virtual node splitting
 //   shm/kv.h         transactional KV cache
 //   shm/sync.h       abortable barriers and work counters
