@@ -1,6 +1,7 @@
 // Creating, attaching and mapping shared regions (layout in shm/region.h).
 #include "shm/region.h"
 
+#include "shm/populate.h"
 #include "shm/private_tmpfs.h"
 
 #include <errno.h>
@@ -156,32 +157,31 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-// Allocates every page of the memfd now, under the node binding just set,
-// and maps them all.  Faulting pages in one by one while loading costs
-// several microseconds each (much more under a hypervisor); fallocate plus
-// one populating mmap does the same work in bulk, and a machine without the
-// memory fails here with a clear error instead of a SIGBUS later.  With
-// transparent huge pages the allocation must go through the mapping (whose
-// advice asks for them), so those regions are populated by madvise.  Small
-// pages are allocated but not mapped: the loader writes them with pwrite
-// (coordinator/load_write.c) and the KV cache is the workers', so the
-// coordinator touches few of them, and mapping l3b's 800,000 took this VM
-// 0.95-5.7 s against 0.26 for fallocate alone.
+// Allocates every page of the region now, under the node binding just set.
+// Faulting pages in one by one while loading costs several microseconds
+// each (much more under a hypervisor); populating does the same work in
+// bulk, and a machine without the memory fails here with a clear error
+// instead of a SIGBUS later.  Huge pages are populated through the mapping
+// (whose advice asks for transparent ones) by a thread per CPU: on a VM
+// most of the time is the host backing fresh memory, at a rate per vCPU.
+// Small pages are allocated by fallocate but not mapped: the loader writes
+// them with pwrite (coordinator/load_write.c) and the KV cache is the
+// workers', so the coordinator touches few of them, and mapping l3b's
+// 800,000 took this VM 0.95-5.7 s against 0.26 for fallocate alone.
 //
 // Both calls stop with EINTR when the thread has a signal to handle (or, in
 // recent kernels, task work such as io_uring's); `bench shm --model` failed
-// so once, creating a region right after a load.  Both can simply be called
+// so once, creating a region right after a load.  Both are simply called
 // again: the pages already allocated stay.
 static int preallocate(int fd, void *base, uint64_t total, enum st_region_huge huge, struct st_error *e)
 {
     int rc;
-    if (huge == ST_REGION_HUGE_TRANSPARENT) {
-        do rc = madvise(base, total, MADV_POPULATE_WRITE);
-        while (rc < 0 && errno == EINTR);
-        if (rc < 0 && errno != EINVAL) // EINVAL: kernel < 5.14
+    if (huge != ST_REGION_HUGE_NONE) {
+        if (st_shm_populate(base, total, ST_REGION_HUGE_BYTES) == 0) return 0;
+        if (errno != EINVAL)
             return st_error_set(e, "cannot allocate %" PRIu64 " bytes of shared memory: %s", total,
                                 strerror(errno));
-        return 0;
+        if (huge == ST_REGION_HUGE_TRANSPARENT) return 0; // kernel < 5.14: pages come at first touch
     }
     do rc = fallocate(fd, 0, 0, (off_t)total);
     while (rc < 0 && errno == EINTR);
