@@ -1,6 +1,7 @@
 // Creating, attaching and mapping shared regions (layout in shm/region.h).
 #include "shm/region.h"
 
+#include "shm/map_huge.h"
 #include "shm/populate.h"
 #include "shm/private_tmpfs.h"
 
@@ -197,6 +198,24 @@ static int preallocate(int fd, void *base, uint64_t total, enum st_region_huge h
     return 0;
 }
 
+// Transparent huge pages are taken where the kernel finds free 2 MiB
+// blocks; on a fragmented machine part of a region stays in small pages.
+// Says how much did not, where the kernel can tell (PAGEMAP_SCAN).
+static void note_huge_share(const void *base, uint64_t total, char *note, size_t cap)
+{
+    uint64_t n = total / ST_REGION_HUGE_BYTES, huge = 0;
+    bool *chunk = n ? malloc(n * sizeof *chunk) : NULL;
+    if (!chunk || st_map_huge_chunks(base, n * ST_REGION_HUGE_BYTES, ST_REGION_HUGE_BYTES, chunk) < 0) {
+        free(chunk);
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) huge += chunk[i];
+    free(chunk);
+    size_t len = strlen(note);
+    if (len && note[len - 1] == ')' && len < cap)
+        snprintf(note + len - 1, cap - (len - 1), ", %.0f%% huge)", 100.0 * (double)huge / (double)n);
+}
+
 int st_region_create(const struct st_region_config *cfg, struct st_region **out,
                      struct st_error *e)
 {
@@ -279,6 +298,7 @@ int st_region_create(const struct st_region_config *cfg, struct st_region **out,
     double t0 = now_s();
     if (preallocate(fd, base, total, r->huge, e) < 0) goto fail;
     r->alloc_seconds = now_s() - t0;
+    if (r->huge == ST_REGION_HUGE_TRANSPARENT) note_huge_share(base, total, r->huge_note, sizeof r->huge_note);
 
     // First touch: after the binding, so the header page lands on the node.
     struct st_region_header *h = base;

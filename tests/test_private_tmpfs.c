@@ -136,7 +136,10 @@ static void test_region_gets_huge_pages(void **state)
     uint8_t *w = st_region_section(r, ST_REGION_WEIGHTS, &n);
     memset(w, 0x3c, n);
     int huge = huge_chunks(w, n);
-    if (huge >= 0) assert_int_equal(huge, 3);
+    if (huge >= 0) {
+        assert_int_equal(huge, 3);
+        assert_non_null(strstr(st_region_huge_note(r), ", 100% huge)")); // the start-up line says so
+    }
 
     pid_t pid = fork();
     assert_true(pid >= 0);
