@@ -18,11 +18,12 @@
 
 // The steps that can fail, named in the error.
 enum step {
-    STEP_OK, STEP_UNSHARE, STEP_SETGROUPS, STEP_UID_MAP, STEP_GID_MAP, STEP_FSOPEN,
-    STEP_HUGE, STEP_SIZE, STEP_CREATE, STEP_FSMOUNT, STEP_OPEN, STEP_SEND,
+    STEP_OK, STEP_SOCKET, STEP_FORK, STEP_UNSHARE, STEP_SETGROUPS, STEP_UID_MAP, STEP_GID_MAP,
+    STEP_FSOPEN, STEP_HUGE, STEP_SIZE, STEP_CREATE, STEP_FSMOUNT, STEP_OPEN, STEP_SEND,
 };
 static const char *const step_names[] = {
-    [STEP_OK] = "ok", [STEP_UNSHARE] = "unshare(user and mount namespaces)",
+    [STEP_OK] = "ok", [STEP_SOCKET] = "socketpair", [STEP_FORK] = "fork",
+    [STEP_UNSHARE] = "unshare(user and mount namespaces)",
     [STEP_SETGROUPS] = "write /proc/self/setgroups", [STEP_UID_MAP] = "write /proc/self/uid_map",
     [STEP_GID_MAP] = "write /proc/self/gid_map", [STEP_FSOPEN] = "fsopen(tmpfs)",
     [STEP_HUGE] = "fsconfig(huge=always)", [STEP_SIZE] = "fsconfig(size)",
@@ -120,10 +121,10 @@ static int open_via_userns(const char *size, struct outcome *o)
     snprintf(uid_map, sizeof uid_map, "%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
     snprintf(gid_map, sizeof gid_map, "%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return fail_at(o, STEP_SEND);
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return fail_at(o, STEP_SOCKET);
     pid_t pid = fork();
     if (pid < 0) {
-        fail_at(o, STEP_UNSHARE);
+        fail_at(o, STEP_FORK);
         close(sv[0]);
         close(sv[1]);
         return -1;

@@ -61,8 +61,7 @@ static int layout(const uint64_t sizes[ST_REGION_N_SECTIONS], uint64_t align,
     return 0;
 }
 
-// The word in brackets in the shmem THP setting, e.g. "advise".
-static void shmem_thp_setting(char *buf, size_t n)
+void st_region_shmem_thp(char *buf, size_t n)
 {
     snprintf(buf, n, "unknown");
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
@@ -248,7 +247,7 @@ int st_region_create(const struct st_region_config *cfg, struct st_region **out,
         // Where shmem THP is "never", a tmpfs instance of our own still gives
         // transparent huge pages ("deny" forbids them everywhere).
         char setting[32], tmpfs_why[96] = "";
-        shmem_thp_setting(setting, sizeof setting);
+        st_region_shmem_thp(setting, sizeof setting);
         bool own_tmpfs = cfg->huge != ST_REGION_HUGE_OFF && !strcmp(setting, "never");
         if (own_tmpfs) {
             fd = st_private_tmpfs_open(total, ST_PRIVATE_TMPFS_AUTO, tmpfs_why, sizeof tmpfs_why);

@@ -131,6 +131,9 @@ int st_region_alloc(struct st_region *r, enum st_region_section s, uint64_t byte
 const char *st_region_section_name(enum st_region_section s);
 // Why the region got the huge pages it got ("shmem_enabled=never", ...).
 const char *st_region_huge_note(const struct st_region *r);
+// The word in brackets of the kernel's shmem THP setting ("never",
+// "advise", ...), or "unknown" where it cannot be read.
+void st_region_shmem_thp(char *buf, size_t n);
 // Seconds st_region_create spent allocating and mapping the pages.
 double st_region_alloc_seconds(const struct st_region *r);
 

@@ -21,19 +21,6 @@
 
 #define MIB (UINT64_C(1) << 20)
 
-// The word in brackets of the shmem THP setting ("never", "deny", ...).
-static void shmem_setting(char *buf, size_t n)
-{
-    snprintf(buf, n, "unknown");
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
-    char line[256];
-    if (f && fgets(line, sizeof line, f)) {
-        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
-        if (a && b) snprintf(buf, n, "%.*s", (int)(b - a - 1), a + 1);
-    }
-    if (f) fclose(f);
-}
-
 // Chunks of 2 MiB mapped huge in [p, +len), -1 when the kernel cannot say.
 static int huge_chunks(const void *p, uint64_t len)
 {
@@ -73,7 +60,7 @@ static void check_file(enum st_private_tmpfs_via via, const char *via_name)
     assert_int_equal(fallocate(fd, 0, (off_t)len, (off_t)(2 * MIB)), -1);
     assert_int_equal(errno, ENOSPC);
     char setting[32];
-    shmem_setting(setting, sizeof setting);
+    st_region_shmem_thp(setting, sizeof setting);
     int huge = huge_chunks(p, len);
     print_message("%s: %d of 4 chunks huge (shmem THP %s)\n", via_name, huge, setting);
     if (huge >= 0 && strcmp(setting, "deny")) assert_int_equal(huge, 4);
@@ -114,7 +101,7 @@ static void test_region_gets_huge_pages(void **state)
 {
     (void)state;
     char setting[32], why[128] = "";
-    shmem_setting(setting, sizeof setting);
+    st_region_shmem_thp(setting, sizeof setting);
     int probe = st_private_tmpfs_open(2 * MIB, ST_PRIVATE_TMPFS_AUTO, why, sizeof why);
     if (strcmp(setting, "never") || probe < 0) {
         print_message("shmem THP %s, private tmpfs %s: nothing to check\n", setting,
