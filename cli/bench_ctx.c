@@ -45,6 +45,23 @@ static double rollback_ns(struct st_bench_rig *rig)
     return best;
 }
 
+// Bytes an autoregressive step reads: the target's matrices, and the K and
+// V rows of every layer up to its position (F16).  Tokens/s can only stay
+// flat where the second is small beside the first; the bytes read per
+// second (the "AR GB/s" column) is what should stay flat.
+struct ar_bytes {
+    double weights, kv_per_pos;
+};
+
+static struct ar_bytes ar_bytes_of(const struct st_bench_rig *rig)
+{
+    const struct st_llama_hparams *hp = &rig->eng->target->hp;
+    uint64_t n;
+    const struct st_layout_dir *dir = st_region_section(rig->eng->node[0].region, ST_REGION_WEIGHTS, &n);
+    return (struct ar_bytes){(double)dir->model[0].weight_bytes,
+                             2.0 * 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim};
+}
+
 int st_bench_ctx(int argc, char **argv)
 {
     struct st_bench_common c;
@@ -74,13 +91,16 @@ int st_bench_ctx(int argc, char **argv)
     if (nl < 1) return 2;
     FILE *csv = st_bench_csv(c.results, "ctx");
     if (!csv) return 1;
-    fprintf(csv, "context,ar_tps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,acceptance_window,"
+    fprintf(csv, "context,ar_tps,ar_gbps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,acceptance_window,"
                  "commit_ns_per_round,rollback_ns\n");
     printf("bench ctx: %s + %s, %u tokens after prompts of each length, %d alternating runs\n", c.o.target, c.o.draft,
            c.n_tokens, c.runs);
     printf("spec: the draft attends every position; window: the first %d and the last %u\n", ST_KERN_ATTN_SEG, window);
-    printf("%8s %10s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "spec t/s", "ratio", "accept",
-           "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
+    printf("AR GB/s: what an AR step reads (the target's matrices, and the F16 K and V up to its position, on\n"
+           "average the context + n/2) times AR t/s; flat when the steps read memory equally fast at every length\n");
+    printf("%8s %10s %8s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "AR GB/s", "spec t/s", "ratio",
+           "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
+    double gbps_first = 0, last_gbps = 0, last_bytes = 0, last_kv = 0;
     char plot[8192];
     size_t pl = (size_t)snprintf(plot, sizeof plot, "$d << EOD\n");
     for (int k = 0; k < nl; k++) {
@@ -108,11 +128,18 @@ int st_bench_ctx(int argc, char **argv)
             }
         }
         double rb = rollback_ns(&rig);
-        printf("%8u %10.2f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k], st_bench_mean(&ar),
-               st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
+        struct ar_bytes by = ar_bytes_of(&rig);
+        double step_bytes = by.weights + by.kv_per_pos * (L[k] + c.n_tokens / 2.0);
+        double gbps = st_bench_mean(&ar) * step_bytes / 1e9;
+        if (k == 0) gbps_first = gbps;
+        last_gbps = gbps;
+        last_bytes = step_bytes;
+        last_kv = step_bytes - by.weights;
+        printf("%8u %10.2f %8.2f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k], st_bench_mean(&ar),
+               gbps, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
                st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
         fflush(stdout);
-        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar),
+        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar), gbps,
                 st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
                 st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
         pl += (size_t)snprintf(plot + pl, sizeof plot - pl, "%u,%.4f,%.4f,%.2f\n", L[k], st_bench_mean(&ar),
@@ -120,6 +147,9 @@ int st_bench_ctx(int argc, char **argv)
         st_bench_rig_close(&rig);
     }
     fclose(csv);
+    if (nl > 1)
+        printf("AR GB/s at %u: %.2fx of at %u (bytes an AR step reads there: %.2f GB, of which K and V %.2f)\n",
+               L[nl - 1], last_gbps / gbps_first, L[0], last_bytes / 1e9, last_kv / 1e9);
     snprintf(plot + pl, sizeof plot - pl,
              "EOD\nset title 'tokens/s and rollback cost against context length'\nset logscale x 2\nset xlabel 'context'\n"
              "set ylabel 'tokens/s'\nset y2label 'rollback ns'\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\n"
