@@ -49,3 +49,13 @@ int st_map_huge_chunks(const void *addr, uint64_t len, uint64_t chunk, bool *hug
     free(covered);
     return rc;
 }
+
+int64_t st_map_huge_count(const void *addr, uint64_t len, uint64_t chunk)
+{
+    uint64_t n = (len + chunk - 1) / chunk;
+    bool *huge = malloc(n ? n : 1);
+    int64_t count = huge && !st_map_huge_chunks(addr, len, chunk, huge) ? 0 : -1;
+    for (uint64_t i = 0; count >= 0 && i < n; i++) count += huge[i];
+    free(huge);
+    return count;
+}

@@ -10,5 +10,8 @@
 // folio under one PMD.  Asks PAGEMAP_SCAN (Linux 6.7); -1 where the kernel
 // cannot say, with every chunk false.
 int st_map_huge_chunks(const void *addr, uint64_t len, uint64_t chunk, bool *huge /*[ceil(len / chunk)]*/);
+// How many of those chunks are mapped huge; -1 where the kernel cannot say
+// (or memory for the flags runs out).
+int64_t st_map_huge_count(const void *addr, uint64_t len, uint64_t chunk);
 
 #endif

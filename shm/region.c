@@ -202,14 +202,9 @@ static int preallocate(int fd, void *base, uint64_t total, enum st_region_huge h
 // Says how much did not, where the kernel can tell (PAGEMAP_SCAN).
 static void note_huge_share(const void *base, uint64_t total, char *note, size_t cap)
 {
-    uint64_t n = total / ST_REGION_HUGE_BYTES, huge = 0;
-    bool *chunk = n ? malloc(n * sizeof *chunk) : NULL;
-    if (!chunk || st_map_huge_chunks(base, n * ST_REGION_HUGE_BYTES, ST_REGION_HUGE_BYTES, chunk) < 0) {
-        free(chunk);
-        return;
-    }
-    for (uint64_t i = 0; i < n; i++) huge += chunk[i];
-    free(chunk);
+    uint64_t n = total / ST_REGION_HUGE_BYTES;
+    int64_t huge = n ? st_map_huge_count(base, n * ST_REGION_HUGE_BYTES, ST_REGION_HUGE_BYTES) : -1;
+    if (huge < 0) return;
     size_t len = strlen(note);
     if (len && note[len - 1] == ')' && len < cap)
         snprintf(note + len - 1, cap - (len - 1), ", %.0f%% huge)", 100.0 * (double)huge / (double)n);

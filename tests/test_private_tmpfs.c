@@ -24,11 +24,7 @@
 // Chunks of 2 MiB mapped huge in [p, +len), -1 when the kernel cannot say.
 static int huge_chunks(const void *p, uint64_t len)
 {
-    bool huge[64];
-    if (len / (2 * MIB) > 64 || st_map_huge_chunks(p, len, 2 * MIB, huge) < 0) return -1;
-    int n = 0;
-    for (uint64_t c = 0; c < len / (2 * MIB); c++) n += huge[c];
-    return n;
+    return (int)st_map_huge_count(p, len / (2 * MIB) * (2 * MIB), 2 * MIB);
 }
 
 // The refusals a sandbox or a kernel without user namespaces gives; any
