@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/bench_kernels.h"
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
 #include "kernels/kernels.h"
@@ -92,16 +93,19 @@ int st_bench_ctx(int argc, char **argv)
     if (nl < 1) return 2;
     FILE *csv = st_bench_csv(c.results, "ctx");
     if (!csv) return 1;
-    fprintf(csv, "context,ar_tps,ar_gbps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,acceptance_window,"
-                 "commit_ns_per_round,rollback_ns\n");
+    fprintf(csv, "context,ar_tps,ar_gbps,probe_gbps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,"
+                 "acceptance_window,commit_ns_per_round,rollback_ns\n");
     printf("bench ctx: %s + %s, %u tokens after prompts of each length, %d alternating runs\n", c.o.target, c.o.draft,
            c.n_tokens, c.runs);
     printf("spec: the draft attends every position; window: the first %d and the last %u\n", ST_KERN_ATTN_SEG, window);
     printf("AR GB/s: what an AR step reads (the target's matrices, and the F16 K and V up to its position, on\n"
            "average the context + n/2) times AR t/s; flat when the steps read memory equally fast at every length\n");
-    printf("%8s %10s %8s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "AR GB/s", "spec t/s", "ratio",
-           "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
-    double gbps_first = 0, last_gbps = 0, last_bytes = 0, last_kv = 0;
+    printf("probe: the read bandwidth measured just before each length's runs (this host's phase at the time)\n");
+    printf("%8s %10s %8s %6s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "AR GB/s", "probe",
+           "spec t/s", "ratio", "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
+    double gbps_first = 0, last_gbps = 0, last_bytes = 0, last_kv = 0, share_first = 0, last_share = 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int probe_threads = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
     char plot[8192];
     size_t pl = (size_t)snprintf(plot, sizeof plot, "$d << EOD\n");
     for (int k = 0; k < nl; k++) {
@@ -109,6 +113,10 @@ int st_bench_ctx(int argc, char **argv)
         c.o.prompt_len = L[k];
         c.o.n_ctx = L[k] + c.n_tokens + 64;
         if (st_bench_rig_open(&rig, &c.o)) return 1;
+        // The host's read bandwidth now: on the development VM it moved by a
+        // quarter within the hour, and the lengths run one after another, so
+        // AR GB/s as a share of it tells the length's effect from the hour's.
+        double probe = st_bench_read_probe(probe_threads, 2);
         struct st_bench_stat ar = {0}, sp[2], ratio[2], acc[2], cns = {0};
         memset(sp, 0, sizeof sp);
         memset(ratio, 0, sizeof ratio);
@@ -132,16 +140,19 @@ int st_bench_ctx(int argc, char **argv)
         struct ar_bytes by = ar_bytes_of(&rig);
         double step_bytes = by.weights + by.kv_per_pos * (L[k] + c.n_tokens / 2.0);
         double gbps = st_bench_mean(&ar) * step_bytes / 1e9;
-        if (k == 0) gbps_first = gbps;
+        double share = probe > 0 ? gbps / probe : 0;
+        if (k == 0) gbps_first = gbps, share_first = share;
         last_gbps = gbps;
+        last_share = share;
         last_bytes = step_bytes;
         last_kv = step_bytes - by.weights;
-        printf("%8u %10.2f %8.2f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k], st_bench_mean(&ar),
-               gbps, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
-               st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
+        printf("%8u %10.2f %8.2f %6.1f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k],
+               st_bench_mean(&ar), gbps, probe, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]),
+               st_bench_mean(&acc[0]), st_bench_mean(&sp[1]), st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]),
+               st_bench_mean(&cns), rb);
         fflush(stdout);
-        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar), gbps,
-                st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
+        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar), gbps,
+                probe, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
                 st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
         pl += (size_t)snprintf(plot + pl, sizeof plot - pl, "%u,%.4f,%.4f,%.2f\n", L[k], st_bench_mean(&ar),
                                st_bench_mean(&sp[0]), rb);
@@ -151,6 +162,9 @@ int st_bench_ctx(int argc, char **argv)
     if (nl > 1)
         printf("AR GB/s at %u: %.2fx of at %u (bytes an AR step reads there: %.2f GB, of which K and V %.2f)\n",
                L[nl - 1], last_gbps / gbps_first, L[0], last_bytes / 1e9, last_kv / 1e9);
+    if (nl > 1 && share_first > 0 && last_share > 0)
+        printf("AR GB/s as a share of the probe: %.2f at %u, %.2f at %u (%.2fx)\n", share_first, L[0], last_share,
+               L[nl - 1], last_share / share_first);
     snprintf(plot + pl, sizeof plot - pl,
              "EOD\nset title 'tokens/s and rollback cost against context length'\nset logscale x 2\nset xlabel 'context'\n"
              "set ylabel 'tokens/s'\nset y2label 'rollback ns'\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\n"

@@ -661,3 +661,18 @@ out:
     free(res);
     return rc;
 }
+
+double st_bench_read_probe(int threads, int trials)
+{
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p) return 0;
+    if (pool_start(p, threads)) {
+        free(p);
+        return 0;
+    }
+    double bw = probe_init(p) ? 0 : probe_read(p, trials);
+    pool_stop(p);
+    free((void *)p->buf);
+    free(p);
+    return bw;
+}
