@@ -104,8 +104,7 @@ int st_bench_ctx(int argc, char **argv)
     printf("%8s %10s %8s %6s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "AR GB/s", "probe",
            "spec t/s", "ratio", "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
     double gbps_first = 0, last_gbps = 0, last_bytes = 0, last_kv = 0, share_first = 0, last_share = 0;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int probe_threads = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+    int probe_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char plot[8192];
     size_t pl = (size_t)snprintf(plot, sizeof plot, "$d << EOD\n");
     for (int k = 0; k < nl; k++) {

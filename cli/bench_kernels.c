@@ -214,6 +214,13 @@ static double pool_run(struct pool *p)
     return st_bench_seconds() - t0;
 }
 
+static void pool_stop(struct pool *p)
+{
+    p->kind = JOB_EXIT;
+    barrier_wait(&p->bar);
+    for (int i = 1; i < p->n; i++) pthread_join(p->tid[i], NULL);
+}
+
 static int pool_start(struct pool *p, int n)
 {
     memset(p, 0, sizeof *p);
@@ -221,16 +228,16 @@ static int pool_start(struct pool *p, int n)
     p->bar.n = n;
     for (int i = 1; i < n; i++) {
         p->args[i] = (struct worker_arg){p, i};
-        if (pthread_create(&p->tid[i], NULL, worker, &p->args[i])) return -1;
+        if (pthread_create(&p->tid[i], NULL, worker, &p->args[i])) {
+            // Stop the i - 1 started, which wait in the pool the callers
+            // free: once all of them wait at the barrier, it is one of i.
+            while (atomic_load(&p->bar.count) < i - 1) sched_yield();
+            p->n = p->bar.n = i;
+            pool_stop(p);
+            return -1;
+        }
     }
     return 0;
-}
-
-static void pool_stop(struct pool *p)
-{
-    p->kind = JOB_EXIT;
-    barrier_wait(&p->bar);
-    for (int i = 1; i < p->n; i++) pthread_join(p->tid[i], NULL);
 }
 
 // ---- data -----------------------------------------------------------------------
@@ -664,6 +671,7 @@ out:
 
 double st_bench_read_probe(int threads, int trials)
 {
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads; // the pool's arrays
     struct pool *p = calloc(1, sizeof *p);
     if (!p) return 0;
     if (pool_start(p, threads)) {

@@ -10,8 +10,9 @@
 int st_bench_kernels(int argc, char **argv);
 
 // The machine's streaming read bandwidth in GB/s now: the best of `trials`
-// passes of `threads` threads over a buffer of 8x the LLC; 0 if it cannot
-// allocate the buffer or start the threads.
+// passes of `threads` threads (clamped to what bench kernels allows) over a
+// buffer of 8x the LLC; 0 if it cannot allocate the buffer or start the
+// threads.
 double st_bench_read_probe(int threads, int trials);
 
 #endif
