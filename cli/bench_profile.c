@@ -69,6 +69,7 @@ int st_bench_profile(int argc, char **argv)
     printf("bench profile: %s%s%s, %u tokens, %s; %u decode steps, %.1f barriers per step\n", c.o.target,
            spec ? " + " : "", spec ? c.o.draft : "", st.tokens, spec ? "speculative" : "autoregressive", st.steps,
            st.steps ? (double)st.barriers / st.steps : 0);
+    printf("GB/s: what the op reads (matrices, or K and V) on all workers, over rank 0's time in it\n");
     printf("%-7s %-12s %7s %9s %7s  %s\n", "model", "op", "share", "ms/token", "GB/s", "kernels and shapes");
     for (uint32_t i = 0; i < st.n_ops; i++) {
         uint32_t k = order[i];

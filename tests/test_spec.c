@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/kernels.h"
 #include "tests/support/engine_support.h"
 #include "tests/support/test_support.h"
 
@@ -235,6 +236,38 @@ static void test_draft_window(void **state)
     st_test_engine_close(&t);
 }
 
+// The profile counts what an op reads on all workers together: with two
+// workers, each step's ffn_down is every layer's whole down matrix, not a
+// worker's half (the GB/s it prints is then the set's read rate).
+static void test_profile_bytes(void **state)
+{
+    (void)state;
+    const struct st_golden_row *r = prompt_row("p101");
+    struct st_test_engine t;
+    assert_int_equal(st_test_engine_open(&t, "models/pico-target.q8_0.gguf", "models/pico-draft.q4_0.gguf", 2, 1, 1), 0);
+    struct st_gen_params gp = {.max_tokens = 8, .speculate = false, .profile = true, .stop_at_eos = false};
+    struct st_session *s;
+    struct st_error e;
+    assert_int_equal(st_session_start(t.eng, &gp, r->prompt_ids, r->n_prompt, ++t.eng->next_session, &s, &e), 0);
+    int32_t out[8];
+    uint32_t n;
+    struct st_session_stats st;
+    run(s, &gp, out, &n, &st);
+    uint64_t wb;
+    const uint8_t *w = st_region_section(t.eng->node[0].region, ST_REGION_WEIGHTS, &wb);
+    const struct st_layout_model *lm = &((const struct st_layout_dir *)w)->model[ST_MODEL_TARGET];
+    const struct st_layout_mat *down = &((const struct st_layout_layer *)(w + lm->layers_offset))->down;
+    uint64_t want = (uint64_t)st.steps * lm->hp.n_layer * st_kern_run_size(down->run_type, down->rows, down->cols);
+    uint64_t got = 0;
+    for (uint32_t i = 0; i < st.n_ops; i++)
+        if (st.op_model[i] == ST_MODEL_TARGET && !strcmp(st.op_names[i], "ffn_down")) got = st.op_bytes[i];
+    printf("  %u steps: ffn_down read %llu bytes, the whole matrices %llu\n", st.steps, (unsigned long long)got,
+           (unsigned long long)want);
+    assert_true(st.steps > 0 && got == want);
+    st_session_end(&s);
+    st_test_engine_close(&t);
+}
+
 // The context limit stops a generation cleanly, speculative or not, with the
 // same tokens, and a prompt that leaves no room is a clear error.
 static void test_context_limit(void **state)
@@ -284,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_governor),
         cmocka_unit_test(test_context_limit),
         cmocka_unit_test(test_draft_window),
+        cmocka_unit_test(test_profile_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(rows);

@@ -20,6 +20,9 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// bytes: what the whole op reads, on every rank together, so that over this
+// rank's time in the op it gives the set's read rate (the figure `bench
+// kernels` and the read probe print), each rank reading its share meanwhile.
 static void account(struct st_plan *p, enum st_op op, double *t, uint64_t bytes)
 {
     if (!p->timing) return;
@@ -264,38 +267,38 @@ int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tok
         const struct st_kern_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *out[3] = {p->q, p->k, p->v};
         multi_matmul(p, 0, qkv, out, 3, p->xn, M, &ac);
-        account(p, ST_OP_QKV, &t, (st_kern_run_size(L->wq.type, L->wq.rows, L->wq.cols) +
-                                   st_kern_run_size(L->wk.type, L->wk.rows, L->wk.cols) +
-                                   st_kern_run_size(L->wv.type, L->wv.rows, L->wv.cols)) / p->n_ranks);
+        account(p, ST_OP_QKV, &t, st_kern_run_size(L->wq.type, L->wq.rows, L->wq.cols) +
+                                      st_kern_run_size(L->wk.type, L->wk.rows, L->wk.cols) +
+                                      st_kern_run_size(L->wv.type, L->wv.rows, L->wv.cols));
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         uint64_t positions;
         if (attention(p, hp, model, slot, l, M, pos0, &t, &positions)) return -1;
-        account(p, ST_OP_ATTN, &t, positions * kvd * 4 / p->n_ranks);
+        account(p, ST_OP_ATTN, &t, positions * kvd * 4);
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         ac.src = NULL;
         matmul_residual(p, &L->wo, p->att, M, p->x, &ac);
-        account(p, ST_OP_WO, &t, st_kern_run_size(L->wo.type, L->wo.rows, L->wo.cols) / p->n_ranks);
+        account(p, ST_OP_WO, &t, st_kern_run_size(L->wo.type, L->wo.rows, L->wo.cols));
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         norm_rows(p, p->x, M, d, L->ffn_norm, hp->rms_eps);
         account(p, ST_OP_NORM, &t, 0);
         ac.src = NULL;
         ffn_gate_up(p, L, M, &ac);
-        account(p, ST_OP_FFN_UP, &t, st_kern_run_size(L->gate.type, L->gate.rows, L->gate.cols) * 2 / p->n_ranks);
+        account(p, ST_OP_FFN_UP, &t, st_kern_run_size(L->gate.type, L->gate.rows, L->gate.cols) * 2);
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         ac.src = NULL;
         matmul_residual(p, &L->down, p->g, M, p->x, &ac);
-        account(p, ST_OP_FFN_DOWN, &t, st_kern_run_size(L->down.type, L->down.rows, L->down.cols) / p->n_ranks);
+        account(p, ST_OP_FFN_DOWN, &t, st_kern_run_size(L->down.type, L->down.rows, L->down.cols));
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
     }
     if (n_logits == 0) return 0;
     struct act_cache ac = {0};
     output(p, pm, M, n_logits, &ac);
-    account(p, ST_OP_OUTPUT, &t, st_kern_run_size(pm->output.type, pm->output.rows, pm->output.cols) / p->n_ranks);
+    account(p, ST_OP_OUTPUT, &t, st_kern_run_size(pm->output.type, pm->output.rows, pm->output.cols));
     if (st_plan_sync(p)) return -1;
     for (uint32_t j = 0; j < n_logits; j++) {
         struct st_argmax_partial best = {-INFINITY, -1};
