@@ -14,6 +14,7 @@ CFLAGS  ?=
 LDLIBS   = -lzmq -lprotobuf-c -luring -lnuma -lpcre2-8 -lm -pthread
 SIMD_AVX2   = -mavx2 -mfma -mf16c
 SIMD_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+SIMD_AMX    = $(SIMD_AVX512) -mamx-tile -mamx-int8
 
 # Library subsystems, in dependency order.  Each folder is one subsystem.
 LIB_DIRS = common model kernels sampling shm proto worker coordinator client
@@ -56,6 +57,10 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
+
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(SIMD_AMX) -MMD -MP -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -78,6 +78,9 @@ static struct st_kern_attn shape(const struct attn_opts *o, uint32_t n_ctx, uint
                                  .scale = 1.0f / sqrtf((float)o->head_dim)};
 }
 
+// The levels with attention kernels of their own (AMX adds none).
+#define ATTN_LEVEL_END (ST_KERN_LEVEL_AVX512 + 1)
+
 // Seconds a layer in a pass over all layers, best of the trials, per SIMD
 // level (best[l] < 0: the CPU lacks level l).
 static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint32_t n_ctx, uint32_t M,
@@ -87,7 +90,7 @@ static void measure(const struct attn_opts *o, uint16_t **k, uint16_t **v, uint3
     struct st_kern_attn a = shape(o, n_ctx, M, q, out, pos);
     for (int l = 0; l < ST_KERN_LEVEL_COUNT; l++) best[l] = -1.0;
     for (int t = 0; t < o->trials; t++)
-        for (int l = ST_KERN_LEVEL_AVX2; l < ST_KERN_LEVEL_COUNT; l++) {
+        for (int l = ST_KERN_LEVEL_AVX2; l < ATTN_LEVEL_END; l++) {
             const struct st_kern_ops *ops = st_kern_ops_get((enum st_kern_level)l);
             if (!ops) continue;
             double t0 = st_bench_seconds();
@@ -163,7 +166,7 @@ int st_bench_attn(int argc, char **argv)
     printf("bench attn: %d heads / %d KV heads x %d, %d layers, one thread, best of %d; ms a layer, GB/s of KV read\n",
            o.n_heads, o.n_kv, o.head_dim, o.layers, o.trials);
     printf(" context   M");
-    for (int l = ST_KERN_LEVEL_AVX2; l < ST_KERN_LEVEL_COUNT; l++)
+    for (int l = ST_KERN_LEVEL_AVX2; l < ATTN_LEVEL_END; l++)
         if (st_kern_ops_get((enum st_kern_level)l)) printf("  %8s ms   GB/s", st_kern_level_name((enum st_kern_level)l));
     printf("\n");
     for (int i = 0; i < o.n_lengths; i++)
@@ -172,7 +175,7 @@ int st_bench_attn(int argc, char **argv)
             double best[ST_KERN_LEVEL_COUNT];
             measure(&o, k, v, n_ctx, M, q, out, scratch, best);
             printf("%8u %3u", n_ctx, M);
-            for (int l = ST_KERN_LEVEL_AVX2; l < ST_KERN_LEVEL_COUNT; l++)
+            for (int l = ST_KERN_LEVEL_AVX2; l < ATTN_LEVEL_END; l++)
                 if (best[l] >= 0)
                     printf("  %11.4f %6.1f", best[l] * 1e3, 2.0 * n_ctx * row * sizeof(uint16_t) / best[l] / 1e9);
             if (best[ST_KERN_LEVEL_AVX2] > 0 && best[ST_KERN_LEVEL_AVX512] > 0)

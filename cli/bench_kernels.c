@@ -536,7 +536,7 @@ static int usage(void)
 {
     fprintf(stderr,
             "usage: subternary bench kernels [--threads T] [--json] [--quick] [--trials N] [--dynamic]\n"
-            "       [--shapes RxC,...] [--types NAME,...] [--m M,...] [--level scalar|avx2|avx512]\n"
+            "       [--shapes RxC,...] [--types NAME,...] [--m M,...] [--level scalar|avx2|avx512|amx]\n"
             "types:");
     for (int i = 0; i < N_TYPES; i++) fprintf(stderr, " %s", TYPES[i].name);
     fprintf(stderr, "\n");

@@ -6,7 +6,7 @@
 
 // argv[0] is "kernels"; options: --threads T, --json, --quick,
 // --shapes RxC[,RxC...], --types q8_0,q4_0,ternary-mask,..., --m 1,2,...,
-// --trials N, --level scalar|avx2|avx512.  Returns the exit code.
+// --trials N, --level scalar|avx2|avx512|amx.  Returns the exit code.
 int st_bench_kernels(int argc, char **argv);
 
 // The machine's streaming read bandwidth in GB/s now: the best of `trials`

@@ -14,7 +14,7 @@ static bool table_ok[ST_KERN_LEVEL_COUNT];
 static const struct st_kern_ops *active;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-static const char *const level_names[ST_KERN_LEVEL_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *const level_names[ST_KERN_LEVEL_COUNT] = {"scalar", "avx2", "avx512", "amx"};
 
 const char *st_kern_level_name(enum st_kern_level level)
 {
@@ -34,6 +34,7 @@ static void detect(struct st_kern_cpu *c)
     c->avx512vl = __builtin_cpu_supports("avx512vl");
     c->avx512dq = __builtin_cpu_supports("avx512dq");
     c->avx512vnni = __builtin_cpu_supports("avx512vnni");
+    c->amx = c->avx512vnni && st_kern_amx_usable();
 #endif
 }
 
@@ -53,6 +54,11 @@ static void build_tables(void)
             st_kern_ops_fill_avx512(&tables[ST_KERN_LEVEL_AVX512]);
             st_kern_attention_fill_avx512(&tables[ST_KERN_LEVEL_AVX512]);
             table_ok[ST_KERN_LEVEL_AVX512] = true;
+            if (c->amx) {
+                tables[ST_KERN_LEVEL_AMX] = tables[ST_KERN_LEVEL_AVX512];
+                st_kern_ops_fill_amx(&tables[ST_KERN_LEVEL_AMX]);
+                table_ok[ST_KERN_LEVEL_AMX] = true;
+            }
         }
     }
 #endif
@@ -105,6 +111,7 @@ const struct st_kern_ops *st_kern_ops_active(void)
 void st_kern_ops_fill_scalar(struct st_kern_ops *ops)
 {
     memset(ops, 0, sizeof *ops);
+    for (uint32_t t = 0; t < ST_KERN_RUN_MAX; t++) ops->mm_rows[t] = st_kern_mm_tile(t);
     ops->quantize_q8_32 = st_kern_quantize_q8_32_ref;
     ops->quantize_q8_k = st_kern_quantize_q8_k_ref;
     ops->attention = st_kern_attention_ref;

@@ -17,7 +17,8 @@ static inline bool st_kern_is_x8(uint32_t run_type)
     return run_type >= ST_KERN_RUN_Q8_0X8 && run_type <= ST_KERN_RUN_TERNARY_CODE;
 }
 
-// Activation rows one call of ops->mm[run_type] takes (kernels.h).
+// Activation rows one call of ops->mm[run_type] takes below the AMX level
+// (kernels.h).
 static inline int st_kern_mm_tile(uint32_t run_type)
 {
     return st_kern_is_x8(run_type) ? ST_KERN_MT_X8 : ST_KERN_MT;
@@ -84,6 +85,8 @@ void st_kern_repack_q4_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int6
 void st_kern_ops_fill_scalar(struct st_kern_ops *ops);
 void st_kern_ops_fill_avx2(struct st_kern_ops *ops);
 void st_kern_ops_fill_avx512(struct st_kern_ops *ops);
+void st_kern_ops_fill_amx(struct st_kern_ops *ops);
+bool st_kern_amx_usable(void);
 
 // Parts of the tables, filled by their files.
 void st_kern_dot_fill_scalar(struct st_kern_ops *ops);

@@ -26,12 +26,14 @@ enum st_kern_level {
     ST_KERN_LEVEL_SCALAR = 0, // plain C, the reference
     ST_KERN_LEVEL_AVX2 = 1,   // AVX2 + FMA + F16C
     ST_KERN_LEVEL_AVX512 = 2, // AVX-512 F/BW/VL/DQ + VNNI (int8 kernels, attention; rest as AVX2)
+    ST_KERN_LEVEL_AMX = 3,    // AVX-512 + AMX-TILE/INT8 (Q8_0 products of 5-16 rows; rest as AVX-512)
     ST_KERN_LEVEL_COUNT
 };
 
 struct st_kern_cpu {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
+    bool amx; // AMX-TILE and AMX-INT8, with the tile state granted to this process
     enum st_kern_level best;   // best level this CPU runs
     enum st_kern_level level;  // level in use (best unless forced)
 };
@@ -42,7 +44,7 @@ extern struct st_kern_cpu st_kern_cpu;
 
 // Detects the CPU's features and selects the best level.  Idempotent; every
 // public kernel calls it on first use.  The environment variable
-// ST_KERN_LEVEL=scalar|avx2|avx512 caps the level (for comparisons in
+// ST_KERN_LEVEL=scalar|avx2|avx512|amx caps the level (for comparisons in
 // production runs).
 void st_kern_init(void);
 // Forces a level (tests, benchmarks).  Returns -1 if the CPU or the build
@@ -295,10 +297,10 @@ void st_kern_softmax(const float *x, float *p, int64_t n, float temp);
 // Kernel tables: what the functions above dispatch to.  Tests take two
 // levels' tables and compare them.
 
-// Product of up to st_kern_mm_tile(w->type) activation rows with rows
-// [r0, r1) of w.  The interleaved int8 formats take up to ST_KERN_MT_X8 rows
-// in one pass over the weights (a verify of K + 1 <= 8 rows reads each
-// weight once); the others ST_KERN_MT.
+// Product of up to ops->mm_rows[w->type] activation rows with rows [r0, r1)
+// of w.  The interleaved int8 formats take up to ST_KERN_MT_X8 rows in one
+// pass over the weights (a verify of K + 1 <= 8 rows reads each weight
+// once; AMX's Q8_0 16); the others ST_KERN_MT.
 #define ST_KERN_MT 4
 #define ST_KERN_MT_X8 8
 typedef void (*st_kern_mm_fn)(const struct st_kern_weight *w, const void *x, size_t x_stride,
@@ -311,6 +313,7 @@ struct st_kern_ops {
     void (*quantize_q8_k)(const float *x, struct st_block_q8_k *y, int64_t n);
     st_kern_dot_fn dot[ST_TYPE_COUNT]; // GGUF-layout rows
     st_kern_mm_fn mm[ST_KERN_RUN_MAX]; // every run format
+    int mm_rows[ST_KERN_RUN_MAX];      // the most activation rows one mm call takes
     void (*attention)(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                       float *scratch);
     // NULL where the level does not split by segments.

@@ -1,4 +1,4 @@
-// Matrix product driver: splits M into tiles of at most st_kern_mm_tile()
+// Matrix product driver: splits M into tiles of at most ops->mm_rows[]
 // rows and, when there is more than one tile, walks the weights in chunks
 // small enough to stay in L2 while every tile passes over them (prefill).
 // The kernels compute each (row, activation) pair the same way whatever the
@@ -15,7 +15,7 @@ void st_kern_matmul_ops(const struct st_kern_ops *ops, const struct st_kern_weig
     ST_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= w->rows && M >= 0);
     st_kern_mm_fn fn = ops->mm[w->type];
     size_t xs = st_kern_act_row_bytes(w->type, w->cols), ys = (size_t)w->rows;
-    const int tile = st_kern_mm_tile(w->type);
+    const int tile = ops->mm_rows[w->type];
     if (M <= tile) {
         if (M > 0 && row_begin < row_end) fn(w, x, xs, M, y, ys, row_begin, row_end);
         return;

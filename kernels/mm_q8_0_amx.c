@@ -1,0 +1,156 @@
+// AMX version of the Q8_0 run-format product for 5-16 activation rows (a
+// verify of K + 1 rows, prefill tiles).  One block of a group of 8 weight
+// rows is laid out as 8 vectors of 32 bytes, vector k holding bytes 4k..4k+3
+// of each row: exactly the tile AMX multiplies by (8 rows of 4 K-bytes x 8
+// columns), so the weights load straight from the run format.  TDPBSSD
+// gives each (activation row, weight row) block sum in int32, exactly as
+// the VNNI kernel's, and the float step per block is the same
+// fma(sum, dw * dx, acc): rows are bit-identical to the avx512 level's
+// one-row product.  Selected where the CPU has AMX-TILE and AMX-INT8 and
+// the kernel grants the process its tile state.
+#if defined(__x86_64__)
+#include <stdalign.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kernels/simd_x86.h"
+
+#define Q8 const struct st_kern_q8_32
+#define AMX_ROWS 16 // activation rows per call: the tile height
+
+struct tile_config {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+// Tiles (the intrinsics want literal numbers): 0 the activations' block,
+// 1 and 2 the two groups' weights, 4 and 5 their block sums.
+static void load_config(int mt)
+{
+    alignas(64) struct tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = c.rows[4] = c.rows[5] = (uint8_t)mt;
+    c.rows[1] = c.rows[2] = 8;
+    c.colsb[0] = c.colsb[1] = c.colsb[2] = c.colsb[4] = c.colsb[5] = 32;
+    _tile_loadconfig(&c);
+}
+
+// Groups g and g + 1 (16 weight rows) over every block.  The two groups'
+// block sums are stored side by side, so one row's 16 sums are one 512-bit
+// vector and its float step one FMA for both groups.  MT is a constant:
+// the 16 sums then live in registers.
+ST_INLINE void run_pair(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT, float *y,
+                        size_t ys, int64_t g, int64_t r0, int64_t r1)
+{
+    const int64_t nb = w->cols / 32;
+    const uint8_t *q0 = (const uint8_t *)w->data + g * w->stride, *q1 = q0 + w->stride;
+    const uint16_t *d0 = (const uint16_t *)(q0 + nb * 256), *d1 = (const uint16_t *)(q1 + nb * 256);
+    __m512 acc[AMX_ROWS];
+    alignas(64) int32_t sums[AMX_ROWS][16];
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
+    // The same block of the groups after these, into L1, as the VNNI
+    // kernel's several-row loop asks (x8_driver.h): with several rows the
+    // core computes long enough per byte that the hardware prefetcher's
+    // reach no longer covers memory latency.
+    const size_t ahead = 2 * w->stride > 32768 ? 2 * w->stride : 32768;
+    const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *b0 = q0 + b * 256, *b1 = q1 + b * 256;
+        if ((size_t)(end - b1) > ahead)
+            for (int o = 0; o < 256; o += 64) {
+                _mm_prefetch((const char *)(b0 + ahead + o), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b1 + ahead + o), _MM_HINT_T0);
+            }
+        _tile_loadd(0, ((Q8 *)x + b)->qs, (long)xs);
+        _tile_zero(4);
+        _tile_loadd(1, b0, 32);
+        _tile_dpbssd(4, 0, 1);
+        _tile_zero(5);
+        _tile_loadd(2, b1, 32);
+        _tile_dpbssd(5, 0, 2);
+        _tile_stored(4, &sums[0][0], 64);
+        _tile_stored(5, &sums[0][8], 64);
+        __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d1 + 8 * b)),
+                                                     _mm_loadu_si128((const __m128i *)(d0 + 8 * b))));
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; m++) {
+            __m512 is = _mm512_cvtepi32_ps(_mm512_load_si512(sums[m]));
+            float dx = ((Q8 *)(x + m * xs))[b].d;
+            acc[m] = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[m]);
+        }
+    }
+    __m256 a0[AMX_ROWS], a1[AMX_ROWS];
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; m++) {
+        a0[m] = _mm512_castps512_ps256(acc[m]);
+        a1[m] = _mm512_extractf32x8_ps(acc[m], 1);
+    }
+    st_x8_store(a0, MT, y, ys, g, r0, r1);
+    st_x8_store(a1, MT, y, ys, g + 1, r0, r1);
+}
+
+ST_INLINE void run_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT, float *y,
+                         size_t ys, int64_t g, int64_t g1, int64_t r0, int64_t r1)
+{
+    for (; g + 2 <= g1; g += 2) run_pair(w, x, xs, MT, y, ys, g, r0, r1);
+}
+
+static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
+                          int64_t r0, int64_t r1)
+{
+    st_kern_mm_fn vnni = st_kern_ops_get(ST_KERN_LEVEL_AVX512)->mm[ST_KERN_RUN_Q8_0X8];
+    // Up to 4 rows the VNNI kernel keeps up with memory (4 rows took what 1
+    // takes); the tiles' fixed cost a block only pays from 5 rows on (one
+    // 8192x3072 product, 2 threads: 5 rows 1.22-1.46 against 1.40-1.55 ms,
+    // 8 rows 1.25-1.64 against 1.79-1.94; 2-4 rows 1.13-1.44 against
+    // 0.88-1.20).
+    if (mt <= 4) {
+        vnni(w, x, xs, mt, y, ys, r0, r1);
+        return;
+    }
+    int64_t g = r0 / ST_KERN_X8, g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
+    load_config(mt);
+    switch (mt) {
+#define CASE(n) \
+    case n: run_pairs(w, (const uint8_t *)x, xs, n, y, ys, g, g1, r0, r1); break;
+        CASE(5) CASE(6) CASE(7) CASE(8) CASE(9)
+        CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
+#undef CASE
+    }
+    _tile_release();
+    // An odd group left: the VNNI kernel computes its rows the same way.
+    if ((g1 - g) % 2) {
+        int64_t lo = (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0;
+        for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
+            vnni(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
+                 y + (size_t)m0 * ys, ys, lo, r1);
+    }
+}
+
+// Whether this process may use AMX: the CPU has it, the OS saves its state
+// (XCR0 bits 17 and 18) and grants this process the tile data.
+bool st_kern_amx_usable(void)
+{
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return false; // AMX-TILE, AMX-INT8
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!(c & (1u << 27))) return false; // OSXSAVE
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+}
+
+void st_kern_ops_fill_amx(struct st_kern_ops *ops)
+{
+    ops->mm[ST_KERN_RUN_Q8_0X8] = mm_q8_0x8_amx;
+    ops->mm_rows[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
+}
+#endif
