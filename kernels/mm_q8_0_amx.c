@@ -100,10 +100,13 @@ ST_INLINE void run_pairs(const struct st_kern_weight *w, const uint8_t *x, size_
     for (; g + 2 <= g1; g += 2) run_pair(w, x, xs, MT, y, ys, g, r0, r1);
 }
 
+// The avx512 level's kernel, taken when the table is filled: the rows
+// this one leaves to it, without a table lookup per call.
+static st_kern_mm_fn vnni;
+
 static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                           int64_t r0, int64_t r1)
 {
-    st_kern_mm_fn vnni = st_kern_ops_get(ST_KERN_LEVEL_AVX512)->mm[ST_KERN_RUN_Q8_0X8];
     // Up to 4 rows the VNNI kernel keeps up with memory (4 rows took what 1
     // takes); the tiles' fixed cost a block only pays from 5 rows on (one
     // 8192x3072 product, 2 threads: 5 rows 1.22-1.46 against 1.40-1.55 ms,
@@ -148,8 +151,10 @@ bool st_kern_amx_usable(void)
     return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
 }
 
+// ops is a copy of the avx512 level's table.
 void st_kern_ops_fill_amx(struct st_kern_ops *ops)
 {
+    vnni = ops->mm[ST_KERN_RUN_Q8_0X8];
     ops->mm[ST_KERN_RUN_Q8_0X8] = mm_q8_0x8_amx;
     ops->mm_rows[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
 }
