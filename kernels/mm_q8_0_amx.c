@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "kernels/simd_x86.h"
+#include "kernels/x8_prefetch.h"
 
 #define Q8 const struct st_kern_q8_32
 #define AMX_ROWS 16 // activation rows per call: the tile height
@@ -53,19 +54,13 @@ ST_INLINE void run_pair(const struct st_kern_weight *w, const uint8_t *x, size_t
     alignas(64) int32_t sums[AMX_ROWS][16];
 #pragma GCC unroll 16
     for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
-    // The same block of the groups after these, into L1, as the VNNI
-    // kernel's several-row loop asks (x8_driver.h): with several rows the
-    // core computes long enough per byte that the hardware prefetcher's
-    // reach no longer covers memory latency.
-    const size_t ahead = 2 * w->stride > 32768 ? 2 * w->stride : 32768;
+    // As the VNNI kernel's several-row loop asks (x8_prefetch.h).
+    const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, 2 * w->stride);
     const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *b0 = q0 + b * 256, *b1 = q1 + b * 256;
-        if ((size_t)(end - b1) > ahead)
-            for (int o = 0; o < 256; o += 64) {
-                _mm_prefetch((const char *)(b0 + ahead + o), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b1 + ahead + o), _MM_HINT_T0);
-            }
+        x8_prefetch(b0, 256, pf, end);
+        x8_prefetch(b1, 256, pf, end);
         _tile_loadd(0, ((Q8 *)x + b)->qs, (long)xs);
         _tile_zero(4);
         _tile_loadd(1, b0, 32);
