@@ -121,13 +121,16 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
     }
 }
 
-// Whether x8_block_groups serves this format (M = 1 only).
-ST_INLINE bool x8_has_block_groups(const uint32_t type) { return type == ST_KERN_RUN_TERNARY_CODE; }
+// Whether x8_block_groups serves this format and number of rows (M = 1 only).
+ST_INLINE bool x8_has_block_groups(const uint32_t type, const int MT)
+{
+    return type == ST_KERN_RUN_TERNARY_CODE && MT == 1;
+}
 
 ST_INLINE void x8_block_groups(const uint32_t type, const uint8_t *const *q, const uint16_t *const *gd, int64_t b,
-                               const uint8_t *x, const int G, __m256 (*acc)[ST_KERN_MT_X8])
+                               const uint8_t *x, size_t xs, const int MT, const int G, __m256 (*acc)[ST_KERN_MT_X8])
 {
-    (void)type;
+    (void)type, (void)xs, (void)MT;
     code_block_groups(q, gd, b, x, G, acc);
 }
 

@@ -6,9 +6,9 @@
 //                           size_t xs, const int MT, __m256 *acc);
 // which adds block b of one group (quants q, scales gd) times MT activation
 // rows (x + m * xs) to acc[m] (lane l = row l of the group).  A file that
-// defines ST_X8_BLOCK_GROUPS also defines x8_has_block_groups(type) and
-// x8_block_groups(type, q[G], gd[G], b, x, G, acc[G]): one activation row
-// against G groups at once (M = 1), sharing the activation loads.
+// defines ST_X8_BLOCK_GROUPS also defines x8_has_block_groups(type, MT) and
+// x8_block_groups(type, q[G], gd[G], b, x, xs, MT, G, acc[G]): the
+// activation rows against G groups at once, sharing the activation loads.
 #ifndef ST_KERNELS_X8_DRIVER_H
 #define ST_KERNELS_X8_DRIVER_H
 
@@ -38,11 +38,11 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     const struct x8_prefetch_plan pf = x8_prefetch_plan(type, MT, (size_t)G * w->stride);
     const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
 #ifdef ST_X8_BLOCK_GROUPS
-    if (MT == 1 && G > 1 && x8_has_block_groups(type)) {
+    if (G > 1 && x8_has_block_groups(type, MT)) {
         for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
             for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, pf, end);
-            x8_block_groups(type, gq, gd, b, x, G, acc);
+            x8_block_groups(type, gq, gd, b, x, xs, MT, G, acc);
         }
         for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
         return;
