@@ -26,7 +26,7 @@ enum st_kern_level {
     ST_KERN_LEVEL_SCALAR = 0, // plain C, the reference
     ST_KERN_LEVEL_AVX2 = 1,   // AVX2 + FMA + F16C
     ST_KERN_LEVEL_AVX512 = 2, // AVX-512 F/BW/VL/DQ + VNNI (int8 kernels, attention; rest as AVX2)
-    ST_KERN_LEVEL_AMX = 3,    // AVX-512 + AMX-TILE/INT8 (Q8_0 products of 5-16 rows; rest as AVX-512)
+    ST_KERN_LEVEL_AMX = 3,    // AVX-512 + AMX-TILE/INT8 (Q8_0 products of 7-16 rows; rest as AVX-512)
     ST_KERN_LEVEL_COUNT
 };
 

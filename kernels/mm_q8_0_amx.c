@@ -1,4 +1,4 @@
-// AMX version of the Q8_0 run-format product for 5-16 activation rows (a
+// AMX version of the Q8_0 run-format product for 7-16 activation rows (a
 // verify of K + 1 rows, prefill tiles).  One block of a group of 8 weight
 // rows is laid out as 8 vectors of 32 bytes, vector k holding bytes 4k..4k+3
 // of each row: exactly the tile AMX multiplies by (8 rows of 4 K-bytes x 8
@@ -102,12 +102,15 @@ static st_kern_mm_fn vnni;
 static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                           int64_t r0, int64_t r1)
 {
-    // Up to 4 rows the VNNI kernel keeps up with memory (4 rows took what 1
-    // takes); the tiles' fixed cost a block only pays from 5 rows on (one
-    // 8192x3072 product, 2 threads: 5 rows 1.22-1.46 against 1.40-1.55 ms,
-    // 8 rows 1.25-1.64 against 1.79-1.94; 2-4 rows 1.13-1.44 against
-    // 0.88-1.20).
-    if (mt <= 4) {
+    // Up to 6 rows the VNNI kernel keeps up better (4 rows took what 1
+    // takes); the tiles' fixed cost a block only pays from 7 rows on.  One
+    // 8192x3072 product, 2 threads, against the VNNI kernel one group at a
+    // time: 5 rows 1.22-1.46 against 1.40-1.55 ms, 8 rows 1.25-1.64 against
+    // 1.79-1.94; 2-4 rows 1.13-1.44 against 0.88-1.20.  With 4 groups side
+    // by side, 5 rows took 0.83-0.88x the tiles' time (one thread, 65536x3072
+    // streamed from memory, alternated 61 times in one process) and 0.74-0.86x
+    // with the weights in L2; 6 rows with 3 groups 0.91x (mm_vnni_avx512.c).
+    if (mt <= 6) {
         vnni(w, x, xs, mt, y, ys, r0, r1);
         return;
     }

@@ -253,8 +253,14 @@ ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *g
 // A verify's 4 rows of Q8_0 with 4 groups side by side (16 sums in 32
 // registers): the target's matrices of a K = 3 round took about 6% less
 // time than with one group (bench profile, median of 5 alternations, Zen 5);
-// in L2, 4 rows 142 -> 167 GMAC/s a core.
-#define ST_X8_FOUR_GROUPS_MAX_MT 4
+// in L2, 4 rows 142 -> 167 GMAC/s a core.  5 rows (20 sums) still fit: on
+// the AMX host one thread streaming 65536x3072 took 1.03-1.06x the time of
+// 4 rows, where one group at a time took about 1.45x.  6 rows spill with
+// 4 groups; with 3 (18 sums) they took 0.91x the AMX tiles' time the same
+// way (1.14x the 4 rows'), the same as the tiles in L2; 7 rows with 2
+// groups 1.28x the tiles'.
+#define ST_X8_FOUR_GROUPS_MAX_MT 5
+#define ST_X8_THREE_GROUPS_MT 6
 #include "kernels/x8_driver.h"
 
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)

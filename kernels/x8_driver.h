@@ -63,6 +63,11 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
 #ifndef ST_X8_FOUR_GROUPS_MAX_MT
 #define ST_X8_FOUR_GROUPS_MAX_MT 1
 #endif
+// The number of activation rows for which Q8_0 runs 3 groups side by side
+// (0: none), where 4 would not fit in the registers.
+#ifndef ST_X8_THREE_GROUPS_MT
+#define ST_X8_THREE_GROUPS_MT 0
+#endif
 
 ST_INLINE void x8_groups(const uint32_t type, const struct st_kern_weight *w, const uint8_t *x,
                          size_t xs, const int MT, float *y, size_t ys, int64_t r0, int64_t r1)
@@ -75,6 +80,8 @@ ST_INLINE void x8_groups(const uint32_t type, const struct st_kern_weight *w, co
         for (; g + 2 <= g1; g += 2) x8_run_groups(type, w, x, xs, MT, 2, y, ys, g, r0, r1);
     if (MT == 1 || (MT <= ST_X8_FOUR_GROUPS_MAX_MT && type == ST_KERN_RUN_Q8_0X8))
         for (; g + 4 <= g1; g += 4) x8_run_groups(type, w, x, xs, MT, 4, y, ys, g, r0, r1);
+    if (MT == ST_X8_THREE_GROUPS_MT && type == ST_KERN_RUN_Q8_0X8)
+        for (; g + 3 <= g1; g += 3) x8_run_groups(type, w, x, xs, MT, 3, y, ys, g, r0, r1);
     if (MT == 2)
         for (; g + 2 <= g1; g += 2) x8_run_groups(type, w, x, xs, MT, 2, y, ys, g, r0, r1);
     for (; g < g1; g++) x8_run_groups(type, w, x, xs, MT, 1, y, ys, g, r0, r1);

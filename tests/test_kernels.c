@@ -397,16 +397,17 @@ static void check_format(const struct fmt *f, int64_t rows, int64_t cols, const 
                          (long long)rows, (long long)cols, st_kern_level_name(l), M);
             free(y);
         }
-        // Ranges that cut groups anywhere give the same rows.
-        if (rows > 3) {
-            int M = ms[nms - 1];
+        // Ranges that cut groups anywhere give the same rows, for every M
+        // (the kernels run groups side by side in numbers that depend on M).
+        for (int k = 0; k < nms && rows > 3; k++) {
+            int M = ms[k];
             float *y = xmalloc(sizeof(float) * M * rows);
             int64_t cuts[] = {0, 3, rows / 3, rows / 3 + 8, rows - 1, rows};
             for (int c = 0; c + 1 < 6; c++)
                 if (cuts[c] < cuts[c + 1]) st_kern_matmul_ops(ops, &t.w, xq, M, y, cuts[c], cuts[c + 1]);
             if (memcmp(y, y1, sizeof(float) * M * rows))
-                fail_msg("%s %lldx%lld level %s: split ranges differ", st_kern_run_name(f->run),
-                         (long long)rows, (long long)cols, st_kern_level_name(l));
+                fail_msg("%s %lldx%lld level %s: M=%d split ranges differ", st_kern_run_name(f->run),
+                         (long long)rows, (long long)cols, st_kern_level_name(l), M);
             free(y);
         }
         free(y1);
@@ -422,7 +423,7 @@ static void check_format(const struct fmt *f, int64_t rows, int64_t cols, const 
 static void test_products_sizes(void **state)
 {
     (void)state;
-    static const int ms[] = {2, 5, 17};
+    static const int ms[] = {2, 5, 6, 17};
     for (int f = 0; f < NFORMATS; f++) {
         int64_t cs[16];
         int ncs = col_sizes(FORMATS[f].src, cs);
