@@ -119,7 +119,7 @@ static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t 
     switch (mt) {
 #define CASE(n) \
     case n: run_pairs(w, (const uint8_t *)x, xs, n, y, ys, g, g1, r0, r1); break;
-        CASE(5) CASE(6) CASE(7) CASE(8) CASE(9)
+        CASE(7) CASE(8) CASE(9)
         CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE
     }
