@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/child.h"
+#include "cli/cpu_ticks.h"
 #include "cli/llamacpp_parse.h"
 
 #define CHILD_TIMEOUT_S 900.0 // one llama.cpp run, model load included
@@ -73,7 +74,7 @@ int st_llamacpp_cmp_open(struct st_llamacpp_cmp *m, const struct st_llamacpp_opt
         st_llamacpp_cmp_close(m);
         return -1;
     }
-    fprintf(m->csv, "draft,row,k,mean,std,n,acceptance,best\n");
+    fprintf(m->csv, "draft,row,k,mean,std,n,acceptance,best,steal\n");
     return 0;
 }
 
@@ -87,6 +88,7 @@ void st_llamacpp_cmp_close(struct st_llamacpp_cmp *m)
 // One measured series: a figure per repetition, NAN where a run failed.
 struct series {
     double tps[ST_BENCH_MAX_RUNS], acc[ST_BENCH_MAX_RUNS];
+    double steal[ST_BENCH_MAX_RUNS]; // share of CPU time stolen during the run (llama.cpp's: load included)
     bool off; // missing program, or failed once: the same error would repeat
 };
 
@@ -110,7 +112,12 @@ static int run_child(struct st_llamacpp_cmp *m, char **argv, struct series *s, c
 {
     struct st_error e;
     fprintf(m->log, "\n#### %s, repetition %d\n", what, r + 1);
-    if (st_child_run(argv, CHILD_TIMEOUT_S, m->log, out, &e) == 0) return 0;
+    struct st_cpu_ticks t0, t1;
+    st_cpu_ticks_now(&t0);
+    int rc = st_child_run(argv, CHILD_TIMEOUT_S, m->log, out, &e);
+    st_cpu_ticks_now(&t1);
+    s->steal[r] = st_cpu_steal_share(&t0, &t1);
+    if (rc == 0) return 0;
     st_child_out_free(out);
     return run_failed(m, s, what, r, &e);
 }
@@ -160,8 +167,10 @@ static int repetition(struct st_llamacpp_cmp *m, struct st_bench_rig *rig, const
     struct st_gen_params gp = {.max_tokens = c->n_tokens, .speculate = false, .stop_at_eos = false};
     struct st_session_stats a, s;
     if (st_bench_rig_run(rig, &gp, &a)) return -1;
+    cr->our_ar.steal[r] = rig->steal;
     gp.speculate = true, gp.k = m->o.our_k, gp.governor = false;
     if (st_bench_rig_run(rig, &gp, &s)) return -1;
+    cr->our_sp.steal[r] = rig->steal;
     cr->our_ar.tps[r] = a.tokens / a.seconds;
     cr->our_sp.tps[r] = s.tokens / s.seconds;
     cr->our_sp.acc[r] = s.drafted ? (double)s.accepted / s.drafted : 0;
@@ -202,40 +211,46 @@ static int best_k(const struct cmp_runs *cr, int nk, int runs)
     return best;
 }
 
-// One line of the table and of the CSV; acc NULL: no acceptance column.
+// One line of the table and of the CSV; acc NULL: no acceptance column,
+// steal NULL: no steal column (the ratios).
 static void emit(struct st_llamacpp_cmp *m, const char *draft, const char *row, uint32_t k, const char *label,
-                 const struct st_bench_stat *s, const double *acc, int runs, bool best)
+                 const struct st_bench_stat *s, const double *acc, const double *steal, int runs, bool best)
 {
     struct st_bench_stat a = acc ? stat_of(acc, runs) : (struct st_bench_stat){0};
+    struct st_bench_stat st = steal ? stat_of(steal, runs) : (struct st_bench_stat){0};
+    char ac[16] = "", sc[16] = "";
+    if (a.n) snprintf(ac, sizeof ac, "%.3f", st_bench_mean(&a));
+    if (st.n) snprintf(sc, sizeof sc, "%.1f", 100 * st_bench_mean(&st));
     bool ratio = !strncmp(row, "ratio", 5);
     if (!s->n) printf("%-36s %19s\n", label, "(no figures)");
     else if (ratio) printf("%-36s %8.3f ± %6.3f   (%d pairs)\n", label, st_bench_mean(s), st_bench_std(s), s->n);
-    else if (a.n) printf("%-36s %8.2f ± %6.2f %8.3f%s\n", label, st_bench_mean(s), st_bench_std(s), st_bench_mean(&a),
-                         best ? "  <- best K" : "");
-    else printf("%-36s %8.2f ± %6.2f\n", label, st_bench_mean(s), st_bench_std(s));
+    else printf("%-36s %8.2f ± %6.2f %8s %8s%s\n", label, st_bench_mean(s), st_bench_std(s), ac, sc,
+                best ? "  <- best K" : "");
     fprintf(m->csv, "%s,%s,%u,%.4f,%.4f,%d,", draft, row, k, st_bench_mean(s), st_bench_std(s), s->n);
     if (a.n) fprintf(m->csv, "%.4f", st_bench_mean(&a));
-    fprintf(m->csv, ",%d\n", best);
+    fprintf(m->csv, ",%d,", best);
+    if (st.n) fprintf(m->csv, "%.4f", st_bench_mean(&st));
+    fprintf(m->csv, "\n");
 }
 
 static void report(struct st_llamacpp_cmp *m, const char *draft, const struct cmp_runs *cr, int runs)
 {
     char label[64], ours[32];
     snprintf(ours, sizeof ours, m->o.our_k ? "K %u" : "adaptive K", m->o.our_k);
-    printf("%-36s %19s %8s\n", "", "tokens/s mean ± std", "accept");
+    printf("%-36s %19s %8s %8s\n", "", "tokens/s mean ± std", "accept", "steal %");
     struct st_bench_stat s = stat_of(cr->our_ar.tps, runs);
-    emit(m, draft, "ours_ar", 0, "ours autoregressive", &s, NULL, runs, false);
+    emit(m, draft, "ours_ar", 0, "ours autoregressive", &s, NULL, cr->our_ar.steal, runs, false);
     s = stat_of(cr->our_sp.tps, runs);
     snprintf(label, sizeof label, "ours speculative (%s)", ours);
-    emit(m, draft, "ours_spec", m->o.our_k, label, &s, cr->our_sp.acc, runs, false);
+    emit(m, draft, "ours_spec", m->o.our_k, label, &s, cr->our_sp.acc, cr->our_sp.steal, runs, false);
     s = stat_of(cr->ll_ar.tps, runs);
     snprintf(label, sizeof label, "llama-bench tg%s", cr->n);
-    emit(m, draft, "llama_ar", 0, label, &s, NULL, runs, false);
+    emit(m, draft, "llama_ar", 0, label, &s, NULL, cr->ll_ar.steal, runs, false);
     int b = best_k(cr, m->o.nk, runs);
     for (int k = 0; k < m->o.nk; k++) {
         s = stat_of(cr->ll_sp[k].tps, runs);
         snprintf(label, sizeof label, "llama-speculative --draft-max %u", m->o.ks[k]);
-        emit(m, draft, "llama_spec", m->o.ks[k], label, &s, cr->ll_sp[k].acc, runs, k == b);
+        emit(m, draft, "llama_spec", m->o.ks[k], label, &s, cr->ll_sp[k].acc, cr->ll_sp[k].steal, runs, k == b);
     }
     printf("ratios, pair by pair per repetition\n");
     const double *ll_sp = b >= 0 ? cr->ll_sp[b].tps : NULL;
@@ -243,22 +258,22 @@ static void report(struct st_llamacpp_cmp *m, const char *draft, const struct cm
     if (b >= 0) snprintf(kb, sizeof kb, "K %u", m->o.ks[b]);
     uint32_t kv = b >= 0 ? m->o.ks[b] : 0;
     s = ratio_of(cr->our_ar.tps, cr->ll_ar.tps, runs);
-    emit(m, draft, "ratio_ours_ar_llama_ar", 0, "ours AR / llama-bench AR", &s, NULL, runs, false);
+    emit(m, draft, "ratio_ours_ar_llama_ar", 0, "ours AR / llama-bench AR", &s, NULL, NULL, runs, false);
     s = ratio_of(cr->our_sp.tps, ll_sp, runs);
     snprintf(label, sizeof label, "ours spec / llama spec (%s)", kb);
-    emit(m, draft, "ratio_ours_spec_llama_spec", kv, label, &s, NULL, runs, false);
+    emit(m, draft, "ratio_ours_spec_llama_spec", kv, label, &s, NULL, NULL, runs, false);
     s = ratio_of(ll_sp, cr->ll_ar.tps, runs);
     snprintf(label, sizeof label, "llama spec (%s) / llama AR", kb);
-    emit(m, draft, "ratio_llama_spec_llama_ar", kv, label, &s, NULL, runs, false);
+    emit(m, draft, "ratio_llama_spec_llama_ar", kv, label, &s, NULL, NULL, runs, false);
     s = ratio_of(cr->our_sp.tps, cr->our_ar.tps, runs);
-    emit(m, draft, "ratio_ours_spec_ours_ar", m->o.our_k, "ours spec / ours AR", &s, NULL, runs, false);
+    emit(m, draft, "ratio_ours_spec_ours_ar", m->o.our_k, "ours spec / ours AR", &s, NULL, NULL, runs, false);
     fflush(stdout);
     fflush(m->csv);
 }
 
 static void series_init(struct series *s, bool off)
 {
-    for (int r = 0; r < ST_BENCH_MAX_RUNS; r++) s->tps[r] = s->acc[r] = NAN;
+    for (int r = 0; r < ST_BENCH_MAX_RUNS; r++) s->tps[r] = s->acc[r] = s->steal[r] = NAN;
     s->off = off;
 }
 

@@ -2,6 +2,7 @@
 // prompt, alternating, per draft file, for a K sweep and adaptive K.
 // `subternary bench governor`: matching vs non-matching draft, governor on
 // and off (the SubTernary paper's Table 10).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,16 @@
 
 struct pair_result {
     struct st_bench_stat ar, sp, ratio, acc, mean_k;
+    struct st_bench_stat ar_steal, sp_steal; // share of CPU time stolen, runs where /proc/stat told
 };
+
+// "AR/spec" steal in percent for the table; "-" where unknown.
+static const char *steal_cell(const struct pair_result *pr, char *buf, size_t n)
+{
+    if (!pr->ar_steal.n || !pr->sp_steal.n) snprintf(buf, n, "-");
+    else snprintf(buf, n, "%.1f/%.1f", 100 * st_bench_mean(&pr->ar_steal), 100 * st_bench_mean(&pr->sp_steal));
+    return buf;
+}
 
 // runs x (autoregressive, speculative) alternating on one rig.
 static int measure(struct st_bench_rig *rig, const struct st_gen_params *spec_gp, uint32_t n, int runs,
@@ -25,7 +35,9 @@ static int measure(struct st_bench_rig *rig, const struct st_gen_params *spec_gp
         struct st_session_stats a, s;
         ar.max_tokens = n;
         if (st_bench_rig_run(rig, &ar, &a)) return -1;
+        if (!isnan(rig->steal)) st_bench_add(&out->ar_steal, rig->steal);
         if (st_bench_rig_run(rig, spec_gp, &s)) return -1;
+        if (!isnan(rig->steal)) st_bench_add(&out->sp_steal, rig->steal);
         double ta = a.tokens / a.seconds, ts = s.tokens / s.seconds;
         st_bench_add(&out->ar, ta);
         st_bench_add(&out->sp, ts);
@@ -79,11 +91,13 @@ int st_bench_spec(int argc, char **argv)
         st_llamacpp_cmp_close(&cmp);
         return 1;
     }
-    fprintf(csv, "draft,k,ar_tps_mean,ar_tps_std,spec_tps_mean,spec_tps_std,acceptance,mean_k,ratio_mean,ratio_std\n");
-    printf("bench spec: target %s, %u tokens, %d alternating runs each (mean ± std; ratio pair by pair)\n",
+    fprintf(csv, "draft,k,ar_tps_mean,ar_tps_std,spec_tps_mean,spec_tps_std,acceptance,mean_k,ratio_mean,ratio_std,"
+                 "ar_steal,spec_steal\n");
+    printf("bench spec: target %s, %u tokens, %d alternating runs each (mean ± std; ratio pair by pair;\n"
+           "steal: %% of the CPU time the hypervisor gave other guests during the AR/speculative runs)\n",
            st_bench_basename(c.o.target), c.n_tokens, c.runs);
-    printf("%-24s %4s %18s %18s %7s %7s %14s\n", "draft", "K", "autoregressive t/s", "speculative t/s", "accept", "mean K",
-           "ratio");
+    printf("%-24s %4s %18s %18s %7s %7s %14s %10s\n", "draft", "K", "autoregressive t/s", "speculative t/s", "accept",
+           "mean K", "ratio", "steal %");
     int rc = 0, n_drafts = 0;
     char *save;
     // The plot: one datablock per draft (K, speculative t/s), one for AR.
@@ -107,17 +121,21 @@ int st_bench_spec(int argc, char **argv)
                                        .stop_at_eos = false};
             struct pair_result pr;
             if ((rc = measure(&rig, &gp, c.n_tokens, c.runs, &pr))) break;
-            char kname[16];
+            char kname[16], steal[32];
             snprintf(kname, sizeof kname, ks[k] ? "%u" : "adapt", ks[k]);
-            printf("%-24s %4s %11.2f ± %5.2f %11.2f ± %5.2f %7.3f %7.2f %7.3f ± %.3f\n", dn, kname,
+            printf("%-24s %4s %11.2f ± %5.2f %11.2f ± %5.2f %7.3f %7.2f %7.3f ± %.3f %10s\n", dn, kname,
                    st_bench_mean(&pr.ar), st_bench_std(&pr.ar), st_bench_mean(&pr.sp), st_bench_std(&pr.sp),
-                   st_bench_mean(&pr.acc), st_bench_mean(&pr.mean_k), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio));
+                   st_bench_mean(&pr.acc), st_bench_mean(&pr.mean_k), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio),
+                   steal_cell(&pr, steal, sizeof steal));
             fflush(stdout);
             len += (size_t)snprintf(plot + len, cap - len, "%u,%.4f,%.4f\n", ks[k] ? ks[k] : 9, st_bench_mean(&pr.sp),
                                     st_bench_mean(&pr.ar));
-            fprintf(csv, "%s,%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.4f\n", dn, ks[k], st_bench_mean(&pr.ar),
+            fprintf(csv, "%s,%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.4f,", dn, ks[k], st_bench_mean(&pr.ar),
                     st_bench_std(&pr.ar), st_bench_mean(&pr.sp), st_bench_std(&pr.sp), st_bench_mean(&pr.acc),
                     st_bench_mean(&pr.mean_k), st_bench_mean(&pr.ratio), st_bench_std(&pr.ratio));
+            if (pr.ar_steal.n && pr.sp_steal.n)
+                fprintf(csv, "%.4f,%.4f", st_bench_mean(&pr.ar_steal), st_bench_mean(&pr.sp_steal));
+            fprintf(csv, "\n");
         }
         len += (size_t)snprintf(plot + len, cap - len, "EOD\n");
         if (!rc && lo.dir) rc = st_bench_llamacpp(&cmp, &rig, &c, d);

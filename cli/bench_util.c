@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "cli/args.h"
+#include "cli/cpu_ticks.h"
 #include "coordinator/rundir.h"
 
 double st_bench_seconds(void)
@@ -52,6 +53,7 @@ double st_bench_std(const struct st_bench_stat *s)
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
 {
     memset(r, 0, sizeof *r);
+    r->steal = NAN;
     struct st_error e = {{0}};
     int32_t *prompt = NULL;
     size_t n = 0;
@@ -104,11 +106,15 @@ void st_bench_rig_close(struct st_bench_rig *r)
 int st_bench_rig_run(struct st_bench_rig *r, const struct st_gen_params *gp, struct st_session_stats *st)
 {
     struct st_error e;
+    struct st_cpu_ticks t0, t1;
     if (st_session_rewind(r->s, gp, &e)) goto fail;
     int32_t buf[64];
     enum st_finish fin = ST_FINISH_NONE;
+    st_cpu_ticks_now(&t0);
     while (fin == ST_FINISH_NONE)
         if (st_session_round(r->s, buf, 64, &fin, &e) < 0) goto fail;
+    st_cpu_ticks_now(&t1);
+    r->steal = st_cpu_steal_share(&t0, &t1);
     *st = *st_session_stats(r->s);
     return 0;
 fail:

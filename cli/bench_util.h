@@ -29,6 +29,7 @@ struct st_bench_rig {
     void *zctx;
     char dir[512];
     char exe[1024];
+    double steal; // share of the CPU time stolen by the hypervisor during the last run; NAN: unknown
 };
 
 struct st_bench_opts {
@@ -43,7 +44,8 @@ struct st_bench_opts {
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);
 void st_bench_rig_close(struct st_bench_rig *r);
-// One generation from the prefilled prompt; fills *st.  Returns 0 or -1.
+// One generation from the prefilled prompt; fills *st and r->steal.
+// Returns 0 or -1.
 int st_bench_rig_run(struct st_bench_rig *r, const struct st_gen_params *gp, struct st_session_stats *st);
 
 // results/NAME.csv opened for writing (the folder is created); NULL on error.
