@@ -4,6 +4,7 @@
 // runs go with full draft attention (the default) and with a draft window.
 // `subternary bench contention`: the same comparison with a CPU hog on one
 // core, started and stopped by the benchmark (the "noisy neighbour" claim).
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -94,15 +95,16 @@ int st_bench_ctx(int argc, char **argv)
     FILE *csv = st_bench_csv(c.results, "ctx");
     if (!csv) return 1;
     fprintf(csv, "context,ar_tps,ar_gbps,probe_gbps,spec_tps,ratio,acceptance,spec_window_tps,ratio_window,"
-                 "acceptance_window,commit_ns_per_round,rollback_ns\n");
+                 "acceptance_window,commit_ns_per_round,rollback_ns,steal\n");
     printf("bench ctx: %s + %s, %u tokens after prompts of each length, %d alternating runs\n", c.o.target, c.o.draft,
            c.n_tokens, c.runs);
     printf("spec: the draft attends every position; window: the first %d and the last %u\n", ST_KERN_ATTN_SEG, window);
     printf("AR GB/s: what an AR step reads (the target's matrices, and the F16 K and V up to its position, on\n"
            "average the context + n/2) times AR t/s; flat when the steps read memory equally fast at every length\n");
     printf("probe: the read bandwidth measured just before each length's runs (this host's phase at the time)\n");
-    printf("%8s %10s %8s %6s %10s %7s %7s %12s %7s %7s %16s %12s\n", "context", "AR t/s", "AR GB/s", "probe",
-           "spec t/s", "ratio", "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns");
+    printf("steal: %% of the CPU time the hypervisor gave other guests during the length's runs\n");
+    printf("%8s %10s %8s %6s %10s %7s %7s %12s %7s %7s %16s %12s %7s\n", "context", "AR t/s", "AR GB/s", "probe",
+           "spec t/s", "ratio", "accept", "window t/s", "ratio", "accept", "commit ns/round", "rollback ns", "steal %");
     double gbps_first = 0, last_gbps = 0, last_bytes = 0, last_kv = 0, share_first = 0, last_share = 0;
     int probe_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char plot[8192];
@@ -116,7 +118,7 @@ int st_bench_ctx(int argc, char **argv)
         // quarter within the hour, and the lengths run one after another, so
         // AR GB/s as a share of it tells the length's effect from the hour's.
         double probe = st_bench_read_probe(probe_threads, 2);
-        struct st_bench_stat ar = {0}, sp[2], ratio[2], acc[2], cns = {0};
+        struct st_bench_stat ar = {0}, sp[2], ratio[2], acc[2], cns = {0}, steal = {0};
         memset(sp, 0, sizeof sp);
         memset(ratio, 0, sizeof ratio);
         memset(acc, 0, sizeof acc);
@@ -124,11 +126,13 @@ int st_bench_ctx(int argc, char **argv)
             struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = false, .stop_at_eos = false};
             struct st_session_stats a, s;
             if (st_bench_rig_run(&rig, &gp, &a)) return 1;
+            if (!isnan(rig.steal)) st_bench_add(&steal, rig.steal);
             st_bench_add(&ar, a.tokens / a.seconds);
             for (int w = 0; w < 2; w++) {
                 gp.speculate = true;
                 gp.draft_window = w ? window : 0;
                 if (st_bench_rig_run(&rig, &gp, &s)) return 1;
+                if (!isnan(rig.steal)) st_bench_add(&steal, rig.steal);
                 st_bench_add(&sp[w], s.tokens / s.seconds);
                 st_bench_add(&ratio[w], (s.tokens / s.seconds) / (a.tokens / a.seconds));
                 st_bench_add(&acc[w], s.drafted ? (double)s.accepted / s.drafted : 0);
@@ -145,14 +149,18 @@ int st_bench_ctx(int argc, char **argv)
         last_share = share;
         last_bytes = step_bytes;
         last_kv = step_bytes - by.weights;
-        printf("%8u %10.2f %8.2f %6.1f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f\n", L[k],
+        char sc[16] = "-";
+        if (steal.n) snprintf(sc, sizeof sc, "%.1f", 100 * st_bench_mean(&steal));
+        printf("%8u %10.2f %8.2f %6.1f %10.2f %7.3f %7.3f %12.2f %7.3f %7.3f %16.0f %12.1f %7s\n", L[k],
                st_bench_mean(&ar), gbps, probe, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]),
                st_bench_mean(&acc[0]), st_bench_mean(&sp[1]), st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]),
-               st_bench_mean(&cns), rb);
+               st_bench_mean(&cns), rb, sc);
         fflush(stdout);
-        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f\n", L[k], st_bench_mean(&ar), gbps,
+        fprintf(csv, "%u,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.2f,", L[k], st_bench_mean(&ar), gbps,
                 probe, st_bench_mean(&sp[0]), st_bench_mean(&ratio[0]), st_bench_mean(&acc[0]), st_bench_mean(&sp[1]),
                 st_bench_mean(&ratio[1]), st_bench_mean(&acc[1]), st_bench_mean(&cns), rb);
+        if (steal.n) fprintf(csv, "%.4f", st_bench_mean(&steal));
+        fprintf(csv, "\n");
         pl += (size_t)snprintf(plot + pl, sizeof plot - pl, "%u,%.4f,%.4f,%.2f\n", L[k], st_bench_mean(&ar),
                                st_bench_mean(&sp[0]), rb);
         st_bench_rig_close(&rig);
