@@ -102,6 +102,7 @@ static int run_failed(struct st_llamacpp_cmp *m, struct series *s, const char *w
     fprintf(stderr, "subternary bench: %s, repetition %d: %s (see %s); no more runs of it\n", what, r + 1, e->msg,
             m->log_path);
     s->off = true;
+    s->steal[r] = NAN; // no figure of this run, so no steal beside it
     return -1;
 }
 
