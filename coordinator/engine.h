@@ -53,6 +53,10 @@ struct st_engine_node {
     // Measured step costs, shared by the sessions of this node (adaptive K):
     double ema_ar;           // seconds of a target-only decode step
     struct st_round_cost round_cost; // seconds of a round by its K
+    // Acceptance of the node's sessions, as each session measures its own
+    // (st_session.c): a new session starts from it rather than a guess.
+    double accept_ema;       // 0 until a round was measured
+    double depth_tried[ST_ENGINE_K_LIMIT + 1], depth_passed[ST_ENGINE_K_LIMIT + 1];
 };
 
 struct st_engine {

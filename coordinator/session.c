@@ -36,24 +36,47 @@ struct st_session {
     struct st_session_stats st;
 };
 
+// A session's acceptance estimates start from its node's, worth at most
+// PRIOR_ROUNDS rounds of its own.  Starting every session from a fixed 0.7
+// kept K at 1-4 for the first 8 of 22 rounds of a 128-token reply from a
+// draft that accepts 90% (l3b with l1b TQ2_0), where K 7-8 paid.
+#define PRIOR_ROUNDS 4.0
+
 static void depth_reset(struct st_session *s)
 {
-    memset(s->depth_tried, 0, sizeof s->depth_tried);
-    memset(s->depth_passed, 0, sizeof s->depth_passed);
+    const struct st_engine_node *nd = &s->eng->node[s->node];
+    s->ema_accept = nd->accept_ema > 0 ? nd->accept_ema : 0.7;
+    double f = nd->depth_tried[1] > PRIOR_ROUNDS ? PRIOR_ROUNDS / nd->depth_tried[1] : 1;
+    for (uint32_t i = 0; i < ST_SESSION_DEPTHS; i++) {
+        s->depth_tried[i] = f * nd->depth_tried[i];
+        s->depth_passed[i] = f * nd->depth_passed[i];
+    }
 }
 
 // Depth statistics after a round of K drafts with m accepted; older rounds
 // weigh less (about the last 20 count).
-static void depth_update(struct st_session *s, uint32_t K, uint32_t m)
+static void depth_add(double *tried, double *passed, uint32_t K, uint32_t m)
 {
     for (uint32_t i = 1; i < ST_SESSION_DEPTHS; i++) {
-        s->depth_tried[i] *= 0.95;
-        s->depth_passed[i] *= 0.95;
+        tried[i] *= 0.95;
+        passed[i] *= 0.95;
     }
     for (uint32_t i = 1; i <= K && i <= m + 1 && i < ST_SESSION_DEPTHS; i++) {
-        s->depth_tried[i] += 1;
-        if (i <= m) s->depth_passed[i] += 1;
+        tried[i] += 1;
+        if (i <= m) passed[i] += 1;
     }
+}
+
+// Per-token acceptance (m successes of the drafts examined) and the depth
+// statistics, of the session and of its node.
+static void accept_update(struct st_session *s, uint32_t K, uint32_t m)
+{
+    struct st_engine_node *nd = &s->eng->node[s->node];
+    double x = m / (st_drafts_examined(K, m) + 1e-9);
+    s->ema_accept = 0.8 * s->ema_accept + 0.2 * x;
+    nd->accept_ema = nd->accept_ema > 0 ? 0.8 * nd->accept_ema + 0.2 * x : x;
+    depth_add(s->depth_tried, s->depth_passed, K, m);
+    depth_add(nd->depth_tried, nd->depth_passed, K, m);
 }
 
 static double now_s(void)
@@ -117,8 +140,6 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     s->n_tokens = s->n_prompt = n_prompt;
     s->st.prompt_tokens = n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
-    s->ema_accept = 0.7;
-    depth_reset(s);
     // Place on the node with the fewest sessions.
     uint32_t best = 0;
     for (uint32_t i = 1; i < eng->n_nodes; i++)
@@ -129,6 +150,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
         if (st_kv_reserve(&eng->node[n].kv, id, &s->slot, &gen, e) == 0) {
             s->node = n;
             eng->node[n].sessions++;
+            depth_reset(s);
             *out = s;
             return 0;
         }
@@ -397,10 +419,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.k_sum += K;
         s->st.round_seconds += dt;
         st_round_cost_add(&nd->round_cost, K, d_s, dt);
-        // Per-token acceptance: m successes of the drafts examined.
-        s->ema_accept = 0.8 * s->ema_accept + 0.2 * m / (st_drafts_examined(K, m) + 1e-9);
+        accept_update(s, K, m);
         st_governor_update(&s->gov, K, m, probe);
-        depth_update(s, K, m);
     } else {
         s->st.target_only_seconds += dt;
         nd->ema_ar = nd->ema_ar > 0 ? 0.7 * nd->ema_ar + 0.3 * dt : dt;
@@ -430,7 +450,6 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->t = base;
     s->n_tokens = s->n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
-    s->ema_accept = 0.7;
     depth_reset(s);
     s->text_len = 0;
     double ps = s->st.prompt_seconds;
