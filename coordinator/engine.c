@@ -117,6 +117,8 @@ static int open_node(struct st_engine *eng, struct st_engine_node *nd, int32_t m
 int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_engine **out, struct st_error *e)
 {
     *out = NULL;
+    if (cfg->k_max > ST_ENGINE_K_LIMIT)
+        return st_error_set(e, "longest draft %u is over the limit of %u", cfg->k_max, ST_ENGINE_K_LIMIT);
     struct st_engine *eng = calloc(1, sizeof *eng);
     if (!eng) return st_error_set(e, "out of memory");
     eng->cfg = *cfg;

@@ -105,6 +105,19 @@ static void check_pair(const char *target, const char *draft)
     st_test_engine_close(&t);
 }
 
+// A longest draft over the sessions' per-depth tables is refused before
+// anything is loaded, naming the limit.
+static void test_k_max_limit(void **state)
+{
+    (void)state;
+    struct st_engine_config ec = {.target_path = "models/pico-target.f16.gguf", .k_max = ST_ENGINE_K_LIMIT + 1};
+    struct st_engine *eng = NULL;
+    struct st_error e = {{0}};
+    assert_int_equal(st_engine_open(&ec, NULL, &eng, &e), -1);
+    assert_null(eng);
+    assert_non_null(strstr(e.msg, "longest draft 33 is over the limit of 32"));
+}
+
 static void test_greedy_equality(void **state)
 {
     (void)state;
@@ -318,6 +331,7 @@ int main(void)
     n_rows = st_golden_load(&rows);
     if (n_rows <= 0) return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_k_max_limit),
         cmocka_unit_test(test_greedy_equality),
         cmocka_unit_test(test_governor),
         cmocka_unit_test(test_context_limit),
