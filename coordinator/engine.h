@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "coordinator/accept_stats.h"
 #include "coordinator/load.h"
 #include "coordinator/pool.h"
 #include "coordinator/round_cost.h"
@@ -17,7 +18,7 @@
 #include "shm/region.h"
 #include "shm/topology.h"
 
-#define ST_ENGINE_K_LIMIT 32 // largest --k-max: a session's per-depth acceptance table holds 1..32
+#define ST_ENGINE_K_LIMIT ST_ACCEPT_MAX_K // largest --k-max: the per-depth acceptance counts hold 1..32
 
 #define ST_ENGINE_MAX_NODES 16
 
@@ -53,10 +54,9 @@ struct st_engine_node {
     // Measured step costs, shared by the sessions of this node (adaptive K):
     double ema_ar;           // seconds of a target-only decode step
     struct st_round_cost round_cost; // seconds of a round by its K
-    // Acceptance of the node's sessions, as each session measures its own
-    // (st_session.c): a new session starts from it rather than a guess.
-    double accept_ema;       // 0 until a round was measured
-    double depth_tried[ST_ENGINE_K_LIMIT + 1], depth_passed[ST_ENGINE_K_LIMIT + 1];
+    // Acceptance over the node's sessions' rounds: a new session starts from
+    // it rather than a guess.
+    struct st_accept_stats accept;
 };
 
 struct st_engine {

@@ -9,7 +9,6 @@
 
 #define STREAM_ACCEPT 2
 #define ROW_PRIOR 0.08 // a verified row beyond the first, in target steps, until measured
-#define ST_SESSION_DEPTHS (ST_ENGINE_K_LIMIT + 1) // draft depths 1..ST_ENGINE_K_LIMIT
 
 struct st_session {
     struct st_engine *eng;
@@ -23,13 +22,7 @@ struct st_session {
     uint32_t dc;              // draft committed length
     bool prefilled;
     struct st_governor gov;
-    double ema_accept;        // per-token acceptance estimate
-    // Per draft depth i (1-based): decayed counts of rounds that reached
-    // depth i (the first i-1 drafts accepted, K >= i) and of those that also
-    // accepted draft i.  Acceptance is not independent from token to token
-    // (easy stretches accept in runs), so the chance of draft i given its
-    // predecessors is measured per depth rather than as one rate.
-    double depth_tried[ST_SESSION_DEPTHS], depth_passed[ST_SESSION_DEPTHS];
+    struct st_accept_stats accept; // starts from the node's
     float *resid;             // [n_vocab]
     char *text;               // detokenised output (stop strings)
     size_t text_len, text_cap;
@@ -37,46 +30,16 @@ struct st_session {
 };
 
 // A session's acceptance estimates start from its node's, worth at most
-// PRIOR_ROUNDS rounds of its own.  Starting every session from a fixed 0.7
-// kept K at 1-4 for the first 8 of 22 rounds of a 128-token reply from a
-// draft that accepts 90% (l3b with l1b TQ2_0), where K 7-8 paid.
+// PRIOR_ROUNDS rounds of its own, or from FALLBACK_ACCEPT on a node without
+// rounds.  Starting every session from a fixed 0.7 kept K at 1-4 for the
+// first 8 of 22 rounds of a 128-token reply from a draft that accepts 90%
+// (l3b with l1b TQ2_0), where K 7-8 paid.
 #define PRIOR_ROUNDS 4.0
+#define FALLBACK_ACCEPT 0.7
 
-static void depth_reset(struct st_session *s)
+static void accept_start(struct st_session *s)
 {
-    const struct st_engine_node *nd = &s->eng->node[s->node];
-    s->ema_accept = nd->accept_ema > 0 ? nd->accept_ema : 0.7;
-    double f = nd->depth_tried[1] > PRIOR_ROUNDS ? PRIOR_ROUNDS / nd->depth_tried[1] : 1;
-    for (uint32_t i = 0; i < ST_SESSION_DEPTHS; i++) {
-        s->depth_tried[i] = f * nd->depth_tried[i];
-        s->depth_passed[i] = f * nd->depth_passed[i];
-    }
-}
-
-// Depth statistics after a round of K drafts with m accepted; older rounds
-// weigh less (about the last 20 count).
-static void depth_add(double *tried, double *passed, uint32_t K, uint32_t m)
-{
-    for (uint32_t i = 1; i < ST_SESSION_DEPTHS; i++) {
-        tried[i] *= 0.95;
-        passed[i] *= 0.95;
-    }
-    for (uint32_t i = 1; i <= K && i <= m + 1 && i < ST_SESSION_DEPTHS; i++) {
-        tried[i] += 1;
-        if (i <= m) passed[i] += 1;
-    }
-}
-
-// Per-token acceptance (m successes of the drafts examined) and the depth
-// statistics, of the session and of its node.
-static void accept_update(struct st_session *s, uint32_t K, uint32_t m)
-{
-    struct st_engine_node *nd = &s->eng->node[s->node];
-    double x = m / (st_drafts_examined(K, m) + 1e-9);
-    s->ema_accept = 0.8 * s->ema_accept + 0.2 * x;
-    nd->accept_ema = nd->accept_ema > 0 ? 0.8 * nd->accept_ema + 0.2 * x : x;
-    depth_add(s->depth_tried, s->depth_passed, K, m);
-    depth_add(nd->depth_tried, nd->depth_passed, K, m);
+    st_accept_start(&s->accept, &s->eng->node[s->node].accept, PRIOR_ROUNDS, FALLBACK_ACCEPT);
 }
 
 static double now_s(void)
@@ -150,7 +113,7 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
         if (st_kv_reserve(&eng->node[n].kv, id, &s->slot, &gen, e) == 0) {
             s->node = n;
             eng->node[n].sessions++;
-            depth_reset(s);
+            accept_start(s);
             *out = s;
             return 0;
         }
@@ -218,19 +181,12 @@ int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, cons
     return 0;
 }
 
-// Expected tokens per second of a round with K drafts at acceptance a.
+// Expected tokens per second of a round with K drafts, from the session's
+// measured acceptance and the node's measured round costs.
 static double rate(const struct st_session *s, uint32_t K)
 {
     const struct st_engine_node *nd = &s->eng->node[s->node];
-    // Expected tokens: 1 + sum over i <= K of P(drafts 1..i accepted), each
-    // depth's rate shrunk towards the overall one by one pseudo-round.
-    double a = s->ema_accept < 0.999 ? s->ema_accept : 0.999;
-    double tokens = 1, surv = 1;
-    for (uint32_t i = 1; i <= K; i++) {
-        double h = i < ST_SESSION_DEPTHS ? (s->depth_passed[i] + a) / (s->depth_tried[i] + 1) : a;
-        surv *= h < 0.999 ? h : 0.999;
-        tokens += surv;
-    }
+    double tokens = st_accept_expected_tokens(&s->accept, K);
     // Prior, until rounds are measured: a verified row beyond the first costs
     // ROW_PRIOR of a target step, a draft forward its share of the bytes.
     double t = st_round_cost_predict(&nd->round_cost, K, ROW_PRIOR * nd->ema_ar);
@@ -419,7 +375,8 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
         s->st.k_sum += K;
         s->st.round_seconds += dt;
         st_round_cost_add(&nd->round_cost, K, d_s, dt);
-        accept_update(s, K, m);
+        st_accept_add(&s->accept, K, m);
+        st_accept_add(&nd->accept, K, m);
         st_governor_update(&s->gov, K, m, probe);
     } else {
         s->st.target_only_seconds += dt;
@@ -450,7 +407,7 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
     s->t = base;
     s->n_tokens = s->n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
-    depth_reset(s);
+    accept_start(s);
     s->text_len = 0;
     double ps = s->st.prompt_seconds;
     memset(&s->st, 0, sizeof s->st);

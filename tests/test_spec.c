@@ -171,15 +171,15 @@ static void test_governor(void **state)
         // The node keeps the acceptance its sessions measured: the estimate
         // a new session starts from (adaptive K).
         const struct st_engine_node *nd = &t.eng->node[0];
-        assert_true(nd->depth_tried[1] > 0 && nd->depth_passed[1] <= nd->depth_tried[1]);
+        assert_true(nd->accept.tried[1] > 0 && nd->accept.passed[1] <= nd->accept.tried[1]);
         if (d == 0) {
-            assert_true(nd->accept_ema < 0.3);
+            assert_true(nd->accept.ema < 0.3);
             assert_true(acc_off < 0.2);
             // Suspended within the window of 8 rounds; then only probes.
             assert_true(on.suspended_rounds > 0);
             assert_true(on.drafted <= 8 * 4 + (on.rounds / 16 + 1) * 4);
         } else {
-            assert_true(acc_off > 0.5 && nd->accept_ema > 0.5);
+            assert_true(acc_off > 0.5 && nd->accept.ema > 0.5);
             assert_int_equal(on.suspended_rounds, 0);
         }
         st_session_end(&s);
