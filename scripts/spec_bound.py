@@ -2,6 +2,7 @@
 """How fast speculative decoding of one reply could be, and what limits it.
 
   scripts/spec_bound.py -m TARGET.gguf -d DRAFT.gguf [-p TEXT] [-n N] [--k-max K]
+                        [--exe BUILD/subternary] [--check] [--engine-agreement]
 
 1. The target decodes the prompt greedily alone (`subternary generate`): the
    reply, and the seconds of a one-row step.
@@ -21,6 +22,12 @@
 
 Timing steps 1-2 are one run each on a shared machine: read the speed-ups
 as ratios from one run, and the replay as a model checked against step 2.
+The rounds at K-max are not timing: the replay must count as many as the
+engine ran, unless the reference forward and the kernels rank a near-tie
+differently (the pico TQ2_0 draft does at 1 of 48 positions);
+--engine-agreement takes the string from the engine itself, one process
+per position.  --check exits 1 when the rounds differ
+(tests/test_spec_bound.c, with --engine-agreement).
 """
 import argparse
 import array
@@ -32,7 +39,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "subternary")
+BIN = os.path.join(ROOT, "build", "subternary")  # --exe replaces it
 DEFAULT_PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
 
@@ -69,6 +76,16 @@ def agreement(draft, prompt_ids, reply):
         rank = sum(1 for x in row if x > row[tok])
         rows.append((rank == 0, top, rank))
     return rows
+
+
+def engine_agreement(draft, prompt_ids, reply):
+    """The draft's greedy choice after each prefix, through the engine's own
+    kernels: one `generate -n 1` per position (slow for large drafts)."""
+    out = []
+    for i, tok in enumerate(reply):
+        ids, _ = generate(draft, prompt_ids + reply[:i], 1, [])
+        out.append(ids[0] == tok)
+    return out
 
 
 def replay(agree, policy, draft_s, rest_s):
@@ -115,7 +132,15 @@ def main():
     ap.add_argument("-p", default=DEFAULT_PROMPT)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=8)
+    ap.add_argument("--exe", help="the subternary binary (default: build/subternary)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the replayed rounds at K-max differ")
+    ap.add_argument("--engine-agreement", action="store_true",
+                    help="the agreement string from the engine's kernels, one process per position, "
+                         "instead of the reference forward pass")
     o = ap.parse_args()
+    global BIN
+    if o.exe:
+        BIN = os.path.abspath(o.exe)
     if not os.access(BIN, os.X_OK):
         sys.exit("no %s: run 'make' first" % BIN)
     p = subprocess.run([BIN, "tokenize", "-m", o.m], input=o.p, capture_output=True, text=True)
@@ -137,6 +162,12 @@ def main():
 
     rows = agreement(o.d, prompt, reply)
     agree = [r[0] for r in rows]
+    if o.engine_agreement:
+        exact = engine_agreement(o.d, prompt, reply)
+        n_diff = sum(1 for a, b in zip(agree, exact) if a != b)
+        print("the engine's kernels and the reference forward break %d near-ties differently" % n_diff)
+        agree = exact
+        rows = [(a, r[1], r[2]) for a, r in zip(agree, rows)]
     print("target %s, draft %s, %d tokens" % (os.path.basename(o.m), os.path.basename(o.d), len(reply)))
     print("measured: one-row step %.1f ms, draft forward %.1f ms (%.3f of it), round rest at K %d: %.1f ms "
           "(%.2fx a one-row step)" % (one_row * 1e3, draft_s * 1e3, draft_s / one_row, K, rest_k * 1e3,
@@ -149,6 +180,7 @@ def main():
     for k in range(1, K + 1):
         tps, n_rounds = replay(agree, lambda r, k=k: k, draft_s, rest_s)
         print("replay K %d: %.2fx (%d rounds)" % (k, tps * one_row, n_rounds))
+    replayed = n_rounds
     tps, n_rounds = replay(agree, lambda r: min(r, K), draft_s, rest_s)
     print("replay oracle (drafts exactly the agreeing run, up to %d): %.2fx (%d rounds)"
           % (K, tps * one_row, n_rounds))
@@ -161,6 +193,9 @@ def main():
           % (len(bad), " ".join("%.2f" % r[1] for r in bad), " ".join(str(r[2]) for r in bad)))
     if good:
         print("agreements: top probability below 0.5 at %d of %d" % (sum(1 for x in good if x < 0.5), len(good)))
+    print("rounds at K %d: the engine ran %d, the replay counts %d" % (K, sp["rounds"], replayed))
+    if o.check and sp["rounds"] != replayed:
+        sys.exit("the replay does not follow the engine's rounds")
 
 
 if __name__ == "__main__":
