@@ -17,14 +17,16 @@
    linearly in its rows between the one-row step and the K-max round) for
    each fixed K, and for an oracle that drafts exactly the agreeing run: no
    policy that chooses K without knowing the target's answer beats it.
-   Also replays --draft-p-min stops, and prints, for the disagreements, the draft's confidence and the rank of
-   the target's token among the draft's choices (rank 1: its second guess).
+   Also replays --draft-p-min stops, and prints, for the disagreements,
+   the draft's confidence and the rank of the target's token among the
+   draft's choices (rank 1: its second guess).
 
 Timing steps 1-2 are one run each on a shared machine: read the speed-ups
 as ratios from one run, and the replay as a model checked against step 2.
 The rounds at K-max are not timing: the replay must count as many as the
-engine ran, unless the reference forward and the kernels rank a near-tie
-differently (the pico TQ2_0 draft does at 1 of 48 positions);
+engine ran, unless the reference forward and the kernels choose
+differently (the pico TQ2_0 draft does at 1 of 48 positions, the l1b Q4_0
+draft at 9 of 128: the kernels quantise activations to 8 bits);
 --engine-agreement takes the string from the engine itself, one process
 per position.  --check exits 1 when the rounds differ
 (tests/test_spec_bound.c, with --engine-agreement).
