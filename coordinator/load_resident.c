@@ -104,13 +104,14 @@ static int add_copy(struct loader *L, uint64_t *cap, uint64_t off, uint64_t len,
     return 0;
 }
 
-// Row pieces of whole 8-row groups (the interleaved formats' unit).
+// Row pieces of whole units of the run format (16 rows for q8_0x8).
 static int add_rows(struct loader *L, uint64_t *cap, const struct job *jb)
 {
     const struct st_layout_mat *m = jb->dst;
     uint64_t rb = st_type_row_bytes(m->gguf_type, m->cols);
-    int64_t step = (int64_t)((L->drop_behind ? COLD_PIECE_BYTES : PIECE_BYTES) / rb) / 8 * 8;
-    if (step < 8) step = 8;
+    int64_t align = st_kern_run_row_align(m->run_type);
+    int64_t step = (int64_t)((L->drop_behind ? COLD_PIECE_BYTES : PIECE_BYTES) / rb) / align * align;
+    if (step < align) step = align;
     for (int64_t r0 = 0; r0 < m->rows; r0 += step) {
         int64_t r1 = r0 + step < m->rows ? r0 + step : m->rows;
         struct piece pc = {jb, jb->file_offset + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb, r0, r1, 0};

@@ -67,7 +67,8 @@ static void *repack_part(void *v)
         const uint8_t *src = st->src[j - st->a];
         if (!src) continue;
         int64_t per = (m->rows + pa->parts - 1) / pa->parts;
-        per = (per + 7) / 8 * 8;
+        int64_t align = st_kern_run_row_align(m->run_type);
+        per = (per + align - 1) / align * align;
         int64_t r0 = per * pa->part, r1 = r0 + per < m->rows ? r0 + per : m->rows;
         if (r0 >= r1) continue;
         size_t rb = st_type_row_bytes(m->gguf_type, m->cols);

@@ -46,12 +46,13 @@ int st_load_put_rows(const struct st_load_dest *d, const struct st_layout_mat *m
 {
     if (d->fd < 0)
         return st_kern_repack(m->gguf_type, m->rows, m->cols, m->run_type, src, r0, r1, d->w + m->offset, m->bytes, e);
-    size_t off, group; // bytes of 8 rows in the run format
-    st_kern_repack_span(m->run_type, m->cols, 0, 8, &off, &group);
-    int64_t step = (int64_t)(scratch_bytes / group) * 8;
-    if (step < 8)
-        return st_error_set(e, "load: a %llu-byte buffer cannot hold 8 rows of %llu bytes",
-                            (unsigned long long)scratch_bytes, (unsigned long long)group);
+    int64_t align = st_kern_run_row_align(m->run_type);
+    size_t off, unit; // bytes of a unit of rows in the run format
+    st_kern_repack_span(m->run_type, m->cols, 0, align, &off, &unit);
+    int64_t step = (int64_t)(scratch_bytes / unit) * align;
+    if (step < align)
+        return st_error_set(e, "load: a %llu-byte buffer cannot hold %lld rows of %llu bytes",
+                            (unsigned long long)scratch_bytes, (long long)align, (unsigned long long)unit);
     size_t rb = st_type_row_bytes(m->gguf_type, m->cols);
     for (int64_t a = r0; a < r1; a += step) {
         int64_t b = a + step < r1 ? a + step : r1;

@@ -52,11 +52,51 @@ static inline size_t st_kern_x8_stride(uint32_t run_type, int64_t cols)
     return st_kern_align64(nb * (st_kern_x8_qbytes(run_type) + 8 * sizeof(uint16_t)));
 }
 
-// Scales of a group: nb x 8 f16, after the quant part.
-static inline const uint16_t *st_kern_x8_scales(const struct st_kern_weight *w, const uint8_t *group)
+// Groups per unit.  Q8_0 groups come in pairs whose quant parts interleave:
+// a pair (groups 2p and 2p + 1, 2 strides of bytes) is laid out as
+//   [quant part: nb blocks x 512][scales of 2p: nb x 8][of 2p + 1: nb x 8][pad]
+// where vector k of a block is 64 bytes, bytes 4k..4k+3 of each of the 16
+// rows (group 2p's 8 rows in the low 32 bytes, 2p + 1's in the high).  A
+// block of a pair is then exactly the 16-column tile AMX multiplies by (one
+// TDPBSSD where two 8-column ones took 1.4x the time), and one 512-bit
+// vector of 16 rows for AVX-512; the 256-bit kernels read each group's
+// half, vectors 64 bytes apart.  The other formats' units are one group.
+static inline int64_t st_kern_x8_unit(uint32_t run_type)
 {
+    return run_type == ST_KERN_RUN_Q8_0X8 ? 2 : 1;
+}
+
+// Distance between a group's consecutive 32-byte vectors, and blocks.
+static inline size_t st_kern_x8_vstep(uint32_t run_type)
+{
+    return 32 * (size_t)st_kern_x8_unit(run_type);
+}
+
+static inline size_t st_kern_x8_bstep(uint32_t run_type)
+{
+    return st_kern_x8_qbytes(run_type) * (size_t)st_kern_x8_unit(run_type);
+}
+
+// Block 0 of group g's quants, and its scales (nb x 8 f16).
+static inline const uint8_t *st_kern_x8_group_q(const struct st_kern_weight *w, int64_t g)
+{
+    int64_t h = g % st_kern_x8_unit(w->type);
+    return (const uint8_t *)w->data + (size_t)(g - h) * w->stride + 32 * (size_t)h;
+}
+
+static inline const uint16_t *st_kern_x8_group_d(const struct st_kern_weight *w, int64_t g)
+{
+    int64_t h = g % st_kern_x8_unit(w->type);
     size_t nb = (size_t)(w->cols / st_kern_x8_block_elems(w->type));
-    return (const uint16_t *)(group + nb * st_kern_x8_qbytes(w->type));
+    const uint8_t *unit = (const uint8_t *)w->data + (size_t)(g - h) * w->stride;
+    return (const uint16_t *)(unit + nb * st_kern_x8_bstep(w->type)) + (size_t)h * nb * 8;
+}
+
+// The end of the units that hold rows before r1.
+static inline const uint8_t *st_kern_x8_end(const struct st_kern_weight *w, int64_t r1)
+{
+    int64_t u = st_kern_x8_unit(w->type), rows = ST_KERN_X8 * u;
+    return (const uint8_t *)w->data + (size_t)((r1 + rows - 1) / rows * u) * w->stride;
 }
 
 // Row `row`, block b of an x8 weight as small integers (q8_0: the int8
@@ -64,9 +104,9 @@ static inline const uint16_t *st_kern_x8_scales(const struct st_kern_weight *w, 
 void st_kern_x8_unpack(const struct st_kern_weight *w, int64_t row, int64_t b, int8_t *q,
                        uint16_t *d);
 
-// All 8 rows of block blk of an x8 weight as small integers, as
-// st_kern_x8_unpack gives them one row at a time (the fast path of the
-// scalar kernels).
+// All 8 rows of block blk of an x8 weight (a group's block, vectors
+// st_kern_x8_vstep apart) as small integers, as st_kern_x8_unpack gives
+// them one row at a time (the fast path of the scalar kernels).
 void st_kern_x8_decode_block(uint32_t type, const uint8_t *blk, int8_t (*q)[256]);
 
 // Matrix product of row-layout weights via a dot-product function, one
@@ -76,8 +116,9 @@ void st_kern_mm_by_dot(st_kern_dot_fn dot, const struct st_kern_weight *w, const
                        size_t x_stride, int mt, float *y, size_t y_stride, int64_t r0,
                        int64_t r1);
 
-// Q8_0 rows8[8][src_row] -> one q8_0x8 row group g of nb blocks (x86-64, AVX2).
-void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g);
+// Q8_0 rows16[16][src_row] -> one q8_0x8 pair of row groups, unit, of nb
+// blocks (x86-64, AVX2).
+void st_kern_repack_q8_0x8_pair_avx2(const uint8_t *rows16, size_t src_row, int64_t nb, uint8_t *unit);
 // Q4_0 rows8[8][src_row] -> one q4_0x8 row group g of nb blocks (x86-64, AVX2).
 void st_kern_repack_q4_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g);
 

@@ -85,9 +85,9 @@ void st_kern_quantize_q8_k(const float *x, struct st_block_q8_k *y, int64_t n);
 // it.  Values below ST_TYPE_COUNT mean the GGUF layout of that enum st_type
 // (rows as stored in the file); the values below are repacked layouts.
 enum st_kern_run {
-    // Q8_0 with 8 rows interleaved: per block of 32 columns, 8 vectors of 32
-    // bytes, vector g holding columns 4g..4g+3 of rows 0..7; f16 scales
-    // apart.  8.5 bits per weight, as Q8_0.
+    // Q8_0 with 16 rows interleaved (two groups of 8): per block of 32
+    // columns, 8 vectors of 64 bytes, vector g holding columns 4g..4g+3 of
+    // rows 0..15; f16 scales apart.  8.5 bits per weight, as Q8_0.
     ST_KERN_RUN_Q8_0X8 = 64,
     // Q4_0 with 8 rows interleaved: per block, 4 vectors of 32 bytes whose
     // low nibbles hold columns 4v..4v+3 and high nibbles 16+4v..16+4v+3 of
@@ -131,21 +131,25 @@ size_t st_kern_runfmt_size(uint32_t gguf_type, int64_t rows, int64_t cols, uint3
 // row_begin, in the GGUF layout of gguf_type) into the run format run_type
 // of the whole tensor at dst (dst_size bytes, st_kern_run_size()).  Ranges
 // may be done in any order or in parallel; for the interleaved formats they
-// must start and end at multiples of 8 (or end at `rows`: that range also
-// zeroes the padding rows).
+// must start and end at multiples of st_kern_run_row_align (or end at
+// `rows`: that range also zeroes the padding rows).
 int st_kern_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
                    const void *src, int64_t row_begin, int64_t row_end, void *dst,
                    size_t dst_size, struct st_error *e);
 
 // The bytes [*off, *off + *len) of a tensor's run format (cols columns) that
-// rows [row_begin, row_end) fill: whole 8-row groups for the interleaved
-// formats (the padding rows of the last one included).
+// rows [row_begin, row_end) fill: whole units of 8-row groups for the
+// interleaved formats (the padding rows of the last one included).
 void st_kern_repack_span(uint32_t run_type, int64_t cols, int64_t row_begin, int64_t row_end, size_t *off,
                          size_t *len);
 // st_kern_repack writing only that span, to part (part_size bytes): the
 // loader repacks into a buffer and writes it where it belongs.
 int st_kern_repack_part(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type, const void *src,
                         int64_t row_begin, int64_t row_end, void *part, size_t part_size, struct st_error *e);
+
+// The multiple of rows a repack range starts at: 16 for q8_0x8 (its groups
+// come in interleaved pairs), 8 for the other interleaved formats, else 1.
+int64_t st_kern_run_row_align(uint32_t run_type);
 
 // Describes run-format data (e.g. mapped from shared memory).
 int st_kern_weight_init(struct st_kern_weight *w, uint32_t run_type, int64_t rows,

@@ -38,14 +38,14 @@ static void mm_x8(const struct st_kern_weight *w, const void *x, size_t xs, int 
                   size_t ys, int64_t r0, int64_t r1)
 {
     int64_t be = st_kern_x8_block_elems(w->type), nb = w->cols / be;
-    size_t qb = st_kern_x8_qbytes(w->type);
+    size_t bs = st_kern_x8_bstep(w->type);
     int8_t q[ST_KERN_X8][256];
     for (int64_t g = r0 / ST_KERN_X8; g * ST_KERN_X8 < r1; g++) {
-        const uint8_t *gq = (const uint8_t *)w->data + (size_t)g * w->stride;
-        const uint16_t *gd = st_kern_x8_scales(w, gq);
+        const uint8_t *gq = st_kern_x8_group_q(w, g);
+        const uint16_t *gd = st_kern_x8_group_d(w, g);
         float acc[ST_KERN_X8][ST_KERN_MT_X8] = {{0}};
         for (int64_t b = 0; b < nb; b++) {
-            st_kern_x8_decode_block(w->type, gq + (size_t)b * qb, q);
+            st_kern_x8_decode_block(w->type, gq + (size_t)b * bs, q);
             for (int m = 0; m < mt; m++) {
                 const uint8_t *xm = (const uint8_t *)x + m * xs;
                 const int8_t *xq;

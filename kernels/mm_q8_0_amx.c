@@ -1,7 +1,7 @@
 // AMX version of the Q8_0 run-format product for 7-16 activation rows (a
-// verify of K + 1 rows, prefill tiles).  One block of a group of 8 weight
-// rows is laid out as 8 vectors of 32 bytes, vector k holding bytes 4k..4k+3
-// of each row: exactly the tile AMX multiplies by (8 rows of 4 K-bytes x 8
+// verify of K + 1 rows, prefill tiles).  A block of a pair of groups is 8
+// vectors of 64 bytes, vector k holding bytes 4k..4k+3 of each of the 16
+// rows: exactly the tile AMX multiplies by (8 rows of 4 K-bytes x 16
 // columns), so the weights load straight from the run format.  TDPBSSD
 // gives each (activation row, weight row) block sum in int32, exactly as
 // the VNNI kernel's, and the float step per block is the same
@@ -28,76 +28,130 @@ struct tile_config {
 };
 
 // Tiles (the intrinsics want literal numbers): 0 the activations' block,
-// 1 and 2 the two groups' weights, 4 and 5 their block sums.
+// 1-3 the pairs' weights, 4-7 their block sums.
 static void load_config(int mt)
 {
     alignas(64) struct tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = c.rows[4] = c.rows[5] = (uint8_t)mt;
-    c.rows[1] = c.rows[2] = 8;
-    c.colsb[0] = c.colsb[1] = c.colsb[2] = c.colsb[4] = c.colsb[5] = 32;
+    c.rows[0] = (uint8_t)mt;
+    c.colsb[0] = 32;
+    for (int t = 1; t <= 3; t++) {
+        c.rows[t] = 8;
+        c.colsb[t] = 64;
+    }
+    for (int t = 4; t <= 7; t++) {
+        c.rows[t] = (uint8_t)mt;
+        c.colsb[t] = 64;
+    }
     _tile_loadconfig(&c);
 }
 
-// Groups g and g + 1 (16 weight rows) over every block.  The two groups'
-// block sums are stored side by side, so one row's 16 sums are one 512-bit
-// vector and its float step one FMA for both groups.  MT is a constant:
-// the 16 sums then live in registers.
-ST_INLINE void run_pair(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT, float *y,
-                        size_t ys, int64_t g, int64_t r0, int64_t r1)
+// Block b of pair i: its 16 sums per row into sums, then the float step.
+ST_INLINE void pair_float_step(const int32_t (*sums)[16], const uint16_t *d0, const uint16_t *d1, int64_t b,
+                               const uint8_t *x, size_t xs, const int MT, __m512 *acc)
 {
-    const int64_t nb = w->cols / 32;
-    const uint8_t *q0 = (const uint8_t *)w->data + g * w->stride, *q1 = q0 + w->stride;
-    const uint16_t *d0 = (const uint16_t *)(q0 + nb * 256), *d1 = (const uint16_t *)(q1 + nb * 256);
-    __m512 acc[AMX_ROWS];
-    alignas(64) int32_t sums[AMX_ROWS][16];
-#pragma GCC unroll 16
-    for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
-    // As the VNNI kernel's several-row loop asks (x8_prefetch.h).
-    const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, 2 * w->stride);
-    const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *b0 = q0 + b * 256, *b1 = q1 + b * 256;
-        x8_prefetch(b0, 256, pf, end);
-        x8_prefetch(b1, 256, pf, end);
-        _tile_loadd(0, ((Q8 *)x + b)->qs, (long)xs);
-        _tile_zero(4);
-        _tile_loadd(1, b0, 32);
-        _tile_dpbssd(4, 0, 1);
-        _tile_zero(5);
-        _tile_loadd(2, b1, 32);
-        _tile_dpbssd(5, 0, 2);
-        _tile_stored(4, &sums[0][0], 64);
-        _tile_stored(5, &sums[0][8], 64);
-        __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d1 + 8 * b)),
-                                                     _mm_loadu_si128((const __m128i *)(d0 + 8 * b))));
-#pragma GCC unroll 16
-        for (int m = 0; m < MT; m++) {
-            __m512 is = _mm512_cvtepi32_ps(_mm512_load_si512(sums[m]));
-            float dx = ((Q8 *)(x + m * xs))[b].d;
-            acc[m] = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[m]);
-        }
-    }
-    __m256 a0[AMX_ROWS], a1[AMX_ROWS];
+    __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d1 + 8 * b)),
+                                                 _mm_loadu_si128((const __m128i *)(d0 + 8 * b))));
 #pragma GCC unroll 16
     for (int m = 0; m < MT; m++) {
-        a0[m] = _mm512_castps512_ps256(acc[m]);
-        a1[m] = _mm512_extractf32x8_ps(acc[m], 1);
+        __m512 is = _mm512_cvtepi32_ps(_mm512_load_si512(sums[m]));
+        float dx = ((Q8 *)(x + m * xs))[b].d;
+        acc[m] = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[m]);
     }
-    st_x8_store(a0, MT, y, ys, g, r0, r1);
-    st_x8_store(a1, MT, y, ys, g + 1, r0, r1);
 }
 
+// P pairs from group g (16 weight rows each) side by side over every
+// block: P streams of weights in flight (one core reading 4 streams took
+// 13.6 GB/s where one took 9.9).  One 16-column product per pair and
+// block: two 8-column ones (the layout before pairs) took 1.3-1.5x the
+// time with the weights in L2.  One row's 16 sums are one 512-bit vector
+// and its float step one FMA.  MT is a constant: the sums then live in
+// registers.
+ST_INLINE void run_pairs_side(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
+                              const int P, float *y, size_t ys, int64_t g, int64_t r0, int64_t r1)
+{
+    const int64_t nb = w->cols / 32;
+    const uint8_t *q[4];
+    const uint16_t *d[4][2];
+    __m512 acc[4][AMX_ROWS];
+    alignas(64) int32_t sums[4][AMX_ROWS][16];
+#pragma GCC unroll 4
+    for (int i = 0; i < P; i++) {
+        q[i] = st_kern_x8_group_q(w, g + 2 * i);
+        d[i][0] = st_kern_x8_group_d(w, g + 2 * i);
+        d[i][1] = st_kern_x8_group_d(w, g + 2 * i + 1);
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
+    }
+    // As the VNNI kernel's several-row loop asks (x8_prefetch.h).
+    const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride);
+    const uint8_t *end = st_kern_x8_end(w, r1);
+    for (int64_t b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < P; i++) x8_prefetch(q[i] + b * 512, 512, pf, end);
+        _tile_loadd(0, ((Q8 *)x + b)->qs, (long)xs);
+        _tile_zero(4);
+        _tile_loadd(1, q[0] + b * 512, 64);
+        _tile_dpbssd(4, 0, 1);
+        if (P > 1) {
+            _tile_zero(5);
+            _tile_loadd(2, q[1] + b * 512, 64);
+            _tile_dpbssd(5, 0, 2);
+        }
+        if (P > 2) {
+            _tile_zero(6);
+            _tile_loadd(3, q[2] + b * 512, 64);
+            _tile_dpbssd(6, 0, 3);
+        }
+        if (P > 3) {
+            _tile_zero(7);
+            _tile_loadd(1, q[3] + b * 512, 64);
+            _tile_dpbssd(7, 0, 1);
+        }
+        _tile_stored(4, &sums[0][0][0], 64);
+        if (P > 1) _tile_stored(5, &sums[1][0][0], 64);
+        if (P > 2) _tile_stored(6, &sums[2][0][0], 64);
+        if (P > 3) _tile_stored(7, &sums[3][0][0], 64);
+#pragma GCC unroll 4
+        for (int i = 0; i < P; i++) pair_float_step(sums[i], d[i][0], d[i][1], b, x, xs, MT, acc[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < P; i++) {
+        __m256 a0[AMX_ROWS], a1[AMX_ROWS];
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; m++) {
+            a0[m] = _mm512_castps512_ps256(acc[i][m]);
+            a1[m] = _mm512_extractf32x8_ps(acc[i][m], 1);
+        }
+        st_x8_store(a0, MT, y, ys, g + 2 * i, r0, r1);
+        st_x8_store(a1, MT, y, ys, g + 2 * i + 1, r0, r1);
+    }
+}
+
+// Pairs [g, g1), 4 side by side where there are: 9 rows of 65536x3072, 2
+// threads, took 0.81x the time of the two 8-column products of the layout
+// before pairs (medians of 8 alternations), 2 side by side 0.85x, one 1.0x.
 ST_INLINE void run_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT, float *y,
                          size_t ys, int64_t g, int64_t g1, int64_t r0, int64_t r1)
 {
-    for (; g + 2 <= g1; g += 2) run_pair(w, x, xs, MT, y, ys, g, r0, r1);
+    for (; g + 8 <= g1; g += 8) run_pairs_side(w, x, xs, MT, 4, y, ys, g, r0, r1);
+    for (; g + 4 <= g1; g += 4) run_pairs_side(w, x, xs, MT, 2, y, ys, g, r0, r1);
+    for (; g + 2 <= g1; g += 2) run_pairs_side(w, x, xs, MT, 1, y, ys, g, r0, r1);
 }
 
 // The avx512 level's kernel, taken when the table is filled: the rows
 // this one leaves to it, without a table lookup per call.
 static st_kern_mm_fn vnni;
+
+// Rows [r0, r1) by the VNNI kernel, up to ST_KERN_MT_X8 activation rows a call.
+static void vnni_rows(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
+                      int64_t r0, int64_t r1)
+{
+    for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
+        vnni(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
+             y + (size_t)m0 * ys, ys, r0, r1);
+}
 
 static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                           int64_t r0, int64_t r1)
@@ -110,26 +164,34 @@ static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t 
     // by side, 5 rows took 0.83-0.88x the tiles' time (one thread, 65536x3072
     // streamed from memory, alternated 61 times in one process) and 0.74-0.86x
     // with the weights in L2; 6 rows with 3 groups 0.91x (mm_vnni_avx512.c).
+    // With pairs of groups the tiles at 1-6 rows still took 0.97-1.12x the
+    // VNNI kernel's time (65536x3072, 2 threads, 3 alternations).
     if (mt <= 6) {
         vnni(w, x, xs, mt, y, ys, r0, r1);
         return;
     }
     int64_t g = r0 / ST_KERN_X8, g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
-    load_config(mt);
-    switch (mt) {
+    // A group without its pair at either end: the VNNI kernel computes its
+    // rows the same way.
+    if (g % 2) {
+        int64_t hi = (g + 1) * ST_KERN_X8 < r1 ? (g + 1) * ST_KERN_X8 : r1;
+        vnni_rows(w, x, xs, mt, y, ys, r0, hi);
+        g++;
+    }
+    if (g + 2 <= g1) {
+        load_config(mt);
+        switch (mt) {
 #define CASE(n) \
     case n: run_pairs(w, (const uint8_t *)x, xs, n, y, ys, g, g1, r0, r1); break;
-        CASE(7) CASE(8) CASE(9)
-        CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
+            CASE(7) CASE(8) CASE(9)
+            CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE
+        }
+        _tile_release();
     }
-    _tile_release();
-    // An odd group left: the VNNI kernel computes its rows the same way.
     if ((g1 - g) % 2) {
         int64_t lo = (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0;
-        for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
-            vnni(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
-                 y + (size_t)m0 * ys, ys, lo, r1);
+        vnni_rows(w, x, xs, mt, y, ys, lo, r1);
     }
 }
 

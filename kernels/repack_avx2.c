@@ -1,14 +1,15 @@
-// The Q8_0 -> q8_0x8 and Q4_0 -> q4_0x8 repacks of a whole 8-row group,
-// AVX2: per block, the 8 rows' quants are an 8 x 8 (Q4_0: 8 x 4) matrix of
-// 4-byte column groups, and the run format wants it transposed (vector g =
-// group g of rows 0..7).  Model loading spends most of its CPU time here.
+// The Q8_0 -> q8_0x8 repack of a whole pair of 8-row groups and the Q4_0 ->
+// q4_0x8 one of a group, AVX2: per block, 8 rows' quants are an 8 x 8 (Q4_0:
+// 8 x 4) matrix of 4-byte column groups, and the run format wants it
+// transposed (vector g = group g of rows 0..7).  Model loading spends most of its CPU time here.
 // Every loop is unrolled by pragma: left rolled, the arrays went through the
 // stack and the Q8_0 repack ran at a third of the speed (one thread, L2 to
 // region: 6 against 17.5 GB/s).
 #if defined(__x86_64__)
 #include "kernels/simd_x86.h"
 
-// Stores one repacked block: nv quant vectors and the 8 rows' scales (dv).
+// Stores one repacked block: nv quant vectors and 8 rows' scales (dv; a
+// pair's second group stores its scales with nv 0).
 // Streaming stores, in address order, where aligned: the weights are not
 // read again here, and skipping the read-for-ownership halves the memory
 // traffic.  The scales go the same way (one 16-byte store a block, where 8
@@ -17,11 +18,11 @@ ST_INLINE void store_block(uint8_t *qdst, const __m256i *o, const int nv, uint8_
 {
     __m256i *out = (__m256i *)qdst;
     if (aligned) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int v = 0; v < nv; v++) _mm256_stream_si256(out + v, o[v]);
         _mm_stream_si128((__m128i *)sdst, dv);
     } else {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int v = 0; v < nv; v++) _mm256_storeu_si256(out + v, o[v]);
         _mm_storeu_si128((__m128i *)sdst, dv);
     }
@@ -39,42 +40,63 @@ ST_INLINE const uint8_t *prefetch_next(const uint8_t *pf, const uint8_t *until)
     return pf;
 }
 
-void st_kern_repack_q8_0x8_group_avx2(const uint8_t *rows8, size_t src_row, int64_t nb, uint8_t *g)
+// Block b of 8 Q8_0 rows transposed: o[g] = columns 4g..4g+3 of rows
+// 0..7; their f16 scales packed in d (rows 0-3, 4-7).
+ST_INLINE void q8_0_transpose8(const uint8_t *rows8, size_t src_row, int64_t b, __m256i *o, uint64_t *d)
 {
-    const size_t sb = sizeof(struct st_block_q8_0), qb = 256;
-    uint8_t *scales = g + (size_t)nb * qb;
-    const bool aligned = (uintptr_t)g % 32 == 0;
-    const uint8_t *next = rows8 + 8 * src_row, *pf = next;
-    for (int64_t b = 0; b < nb; b++) {
-        pf = prefetch_next(pf, next + 8 * src_row * (size_t)(b + 1) / (size_t)nb);
-        __m256i a[8], t[8], u[8], o[8];
-        uint64_t d[2] = {0, 0}; // the 8 rows' f16 scales, rows 0-3 and 4-7
+    const size_t sb = sizeof(struct st_block_q8_0);
+    __m256i a[8], t[8], u[8];
+    d[0] = d[1] = 0;
 #pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            const uint8_t *blk = rows8 + (size_t)l * src_row + (size_t)b * sb;
-            uint16_t dl;
-            memcpy(&dl, blk, sizeof dl);
-            d[l / 4] |= (uint64_t)dl << (16 * (l % 4));
-            a[l] = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        }
+    for (int l = 0; l < 8; l++) {
+        const uint8_t *blk = rows8 + (size_t)l * src_row + (size_t)b * sb;
+        uint16_t dl;
+        memcpy(&dl, blk, sizeof dl);
+        d[l / 4] |= (uint64_t)dl << (16 * (l % 4));
+        a[l] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    }
 #pragma GCC unroll 4
-        for (int l = 0; l < 8; l += 2) {
-            t[l] = _mm256_unpacklo_epi32(a[l], a[l + 1]);
-            t[l + 1] = _mm256_unpackhi_epi32(a[l], a[l + 1]);
-        }
+    for (int l = 0; l < 8; l += 2) {
+        t[l] = _mm256_unpacklo_epi32(a[l], a[l + 1]);
+        t[l + 1] = _mm256_unpackhi_epi32(a[l], a[l + 1]);
+    }
 #pragma GCC unroll 2
-        for (int h = 0; h < 8; h += 4) { // rows h..h+3
-            u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
-            u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
-            u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
-            u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
-        }
+    for (int h = 0; h < 8; h += 4) { // rows h..h+3
+        u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+        u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+        u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+        u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+    }
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) { // u[c] holds groups c and c + 4 of rows 0..3, u[4 + c] of rows 4..7
-            o[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
-            o[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+    for (int c = 0; c < 4; c++) { // u[c] holds groups c and c + 4 of rows 0..3, u[4 + c] of rows 4..7
+        o[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+        o[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+    }
+}
+
+// A pair's block: vector g is o0[g] (rows 0..7) then o1[g] (rows 8..15),
+// 64 bytes, stored whole line by line.
+void st_kern_repack_q8_0x8_pair_avx2(const uint8_t *rows16, size_t src_row, int64_t nb, uint8_t *unit)
+{
+    const size_t bs = 512;
+    uint8_t *scales0 = unit + (size_t)nb * bs, *scales1 = scales0 + (size_t)nb * 16;
+    const bool aligned = (uintptr_t)unit % 32 == 0;
+    const uint8_t *next = rows16 + 16 * src_row, *pf = next;
+    for (int64_t b = 0; b < nb; b++) {
+        pf = prefetch_next(pf, next + 16 * src_row * (size_t)(b + 1) / (size_t)nb);
+        __m256i o0[8], o1[8], o[16];
+        uint64_t d0[2], d1[2];
+        q8_0_transpose8(rows16, src_row, b, o0, d0);
+        q8_0_transpose8(rows16 + 8 * src_row, src_row, b, o1, d1);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            o[2 * g] = o0[g];
+            o[2 * g + 1] = o1[g];
         }
-        store_block(g + (size_t)b * qb, o, 8, scales + 16 * b, _mm_set_epi64x((long long)d[1], (long long)d[0]), aligned);
+        store_block(unit + (size_t)b * bs, o, 16, scales0 + 16 * b, _mm_set_epi64x((long long)d0[1], (long long)d0[0]),
+                    aligned);
+        store_block(unit + (size_t)b * bs, o, 0, scales1 + 16 * b, _mm_set_epi64x((long long)d1[1], (long long)d1[0]),
+                    aligned);
     }
     _mm_sfence();
 }

@@ -56,10 +56,16 @@ size_t st_kern_run_size(uint32_t run_type, int64_t rows, int64_t cols)
     if (rows < 0 || cols <= 0) return 0;
     if (st_kern_is_x8(run_type)) {
         if (cols % st_kern_x8_block_elems(run_type)) return 0;
-        return (size_t)((rows + ST_KERN_X8 - 1) / ST_KERN_X8) * st_kern_x8_stride(run_type, cols);
+        int64_t u = st_kern_x8_unit(run_type), unit_rows = ST_KERN_X8 * u;
+        return (size_t)((rows + unit_rows - 1) / unit_rows * u) * st_kern_x8_stride(run_type, cols);
     }
     if (!row_type_supported(run_type)) return 0;
     return (size_t)rows * st_type_row_bytes(run_type, cols);
+}
+
+int64_t st_kern_run_row_align(uint32_t run_type)
+{
+    return st_kern_is_x8(run_type) ? ST_KERN_X8 * st_kern_x8_unit(run_type) : 1;
 }
 
 size_t st_kern_runfmt_size(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t *run_type)
@@ -127,14 +133,14 @@ bool st_kern_tq2_0_trits(const struct st_block_tq2_0 *b, int8_t *t)
 
 // --- x8 layouts ---------------------------------------------------------------
 
-// Byte offset inside a block's quant part, and bit position, of row lane l
-// (0..7), column c of the block.
+// Byte offset from a group's block, and bit position, of row lane l (0..7),
+// column c of the block.
 static void x8_locate(uint32_t type, int l, int c, size_t *off, int *shift)
 {
     int t = c % 4, grp = c / 4; // groups of 4 columns
     switch (type) {
-    case ST_KERN_RUN_Q8_0X8: // vector grp
-        *off = (size_t)grp * 32 + (size_t)l * 4 + t;
+    case ST_KERN_RUN_Q8_0X8: // vector grp, 64 bytes apart
+        *off = (size_t)grp * st_kern_x8_vstep(type) + (size_t)l * 4 + t;
         *shift = 0;
         break;
     case ST_KERN_RUN_Q4_0X8: // vector grp % 4, low nibble for columns < 16
@@ -155,11 +161,10 @@ static void x8_locate(uint32_t type, int l, int c, size_t *off, int *shift)
 void st_kern_x8_unpack(const struct st_kern_weight *w, int64_t row, int64_t b, int8_t *q,
                        uint16_t *d)
 {
-    const uint8_t *g = (const uint8_t *)w->data + (size_t)(row / ST_KERN_X8) * w->stride;
     int l = (int)(row % ST_KERN_X8);
     int be = (int)st_kern_x8_block_elems(w->type);
-    const uint8_t *blk = g + (size_t)b * st_kern_x8_qbytes(w->type);
-    *d = st_kern_x8_scales(w, g)[b * ST_KERN_X8 + l];
+    const uint8_t *blk = st_kern_x8_group_q(w, row / ST_KERN_X8) + (size_t)b * st_kern_x8_bstep(w->type);
+    *d = st_kern_x8_group_d(w, row / ST_KERN_X8)[b * ST_KERN_X8 + l];
     for (int c = 0; c < be; c++) {
         size_t off;
         int sh;
@@ -183,7 +188,7 @@ void st_kern_x8_decode_block(uint32_t type, const uint8_t *blk, int8_t (*q)[256]
         int8_t *o = q[l];
         switch (type) {
         case ST_KERN_RUN_Q8_0X8:
-            for (int g = 0; g < 8; g++) memcpy(o + 4 * g, lane + 32 * g, 4);
+            for (int g = 0; g < 8; g++) memcpy(o + 4 * g, lane + st_kern_x8_vstep(type) * g, 4);
             break;
         case ST_KERN_RUN_Q4_0X8:
             for (int v = 0; v < 4; v++)
@@ -219,7 +224,7 @@ static void x8_write_lane(uint32_t type, uint8_t *blk, int l, const int8_t *q)
     uint8_t *lane = blk + 4 * l;
     switch (type) {
     case ST_KERN_RUN_Q8_0X8: // vector g: columns 4g..4g+3
-        for (int g = 0; g < 8; g++) memcpy(lane + 32 * g, q + 4 * g, 4);
+        for (int g = 0; g < 8; g++) memcpy(lane + st_kern_x8_vstep(type) * g, q + 4 * g, 4);
         break;
     case ST_KERN_RUN_Q4_0X8: // vector v: low nibbles 4v.., high 16+4v..
         for (int v = 0; v < 4; v++)
@@ -286,65 +291,71 @@ static bool source_block(uint32_t gguf_type, const uint8_t *row, int64_t b, int8
 
 // Q8_0 and Q4_0 blocks keep their bytes in the interleaved formats: lane l
 // of vector g is bytes 4g..4g+3 of row l's block (Q4_0: low nibbles are
-// columns 4g.., high ones 16+4g..), so a whole group of 8 rows is 4-byte
-// copies, block by block, reading the 8 rows side by side.  Loading a model
-// spends most of its CPU time here.
-static bool repack_group_copy(uint32_t gguf_type, uint32_t run_type, const uint8_t *rows8, size_t src_row,
-                              int64_t nb, size_t qb, uint8_t *g)
+// columns 4g.., high ones 16+4g..), so a whole unit (Q8_0: 16 rows, Q4_0: 8)
+// is 4-byte copies, block by block, reading the rows side by side.  Loading
+// a model spends most of its CPU time here.
+static bool repack_unit_copy(uint32_t gguf_type, const struct st_kern_weight *w, const uint8_t *rows, size_t src_row,
+                             int64_t g)
 {
-    uint16_t *scales = (uint16_t *)(g + (size_t)nb * qb);
     size_t sb; // source block bytes
-    if (gguf_type == ST_TYPE_Q8_0 && run_type == ST_KERN_RUN_Q8_0X8)
+    if (gguf_type == ST_TYPE_Q8_0 && w->type == ST_KERN_RUN_Q8_0X8)
         sb = sizeof(struct st_block_q8_0);
-    else if (gguf_type == ST_TYPE_Q4_0 && run_type == ST_KERN_RUN_Q4_0X8)
+    else if (gguf_type == ST_TYPE_Q4_0 && w->type == ST_KERN_RUN_Q4_0X8)
         sb = sizeof(struct st_block_q4_0);
     else
         return false;
+    int64_t nb = w->cols / 32, u = st_kern_x8_unit(w->type);
 #if defined(__x86_64__)
     if (st_kern_cpu.level >= ST_KERN_LEVEL_AVX2) {
+        uint8_t *unit = (uint8_t *)st_kern_x8_group_q(w, g);
         if (sb == sizeof(struct st_block_q8_0))
-            st_kern_repack_q8_0x8_group_avx2(rows8, src_row, nb, g);
+            st_kern_repack_q8_0x8_pair_avx2(rows, src_row, nb, unit);
         else
-            st_kern_repack_q4_0x8_group_avx2(rows8, src_row, nb, g);
+            st_kern_repack_q4_0x8_group_avx2(rows, src_row, nb, unit);
         return true;
     }
 #endif
-    int nv = (int)(qb / 32); // vectors per block: 8 (Q8_0) or 4 (Q4_0)
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *blk = g + (size_t)b * qb;
-        for (int l = 0; l < ST_KERN_X8; l++) {
-            const uint8_t *sblk = rows8 + (size_t)l * src_row + (size_t)b * sb;
-            memcpy(&scales[b * ST_KERN_X8 + l], sblk, sizeof(uint16_t));
-            for (int v = 0; v < nv; v++) memcpy(blk + 32 * v + 4 * l, sblk + 2 + 4 * v, 4);
-        }
+    size_t bs = st_kern_x8_bstep(w->type), vs = st_kern_x8_vstep(w->type);
+    int nv = (int)(st_kern_x8_qbytes(w->type) / 32); // vectors per block: 8 (Q8_0) or 4 (Q4_0)
+    for (int64_t h = 0; h < u; h++) {
+        uint8_t *q = (uint8_t *)st_kern_x8_group_q(w, g + h);
+        uint16_t *scales = (uint16_t *)st_kern_x8_group_d(w, g + h);
+        for (int64_t b = 0; b < nb; b++)
+            for (int l = 0; l < ST_KERN_X8; l++) {
+                const uint8_t *sblk = rows + (size_t)(ST_KERN_X8 * h + l) * src_row + (size_t)b * sb;
+                memcpy(&scales[b * ST_KERN_X8 + l], sblk, sizeof(uint16_t));
+                for (int v = 0; v < nv; v++) memcpy(q + b * bs + vs * v + 4 * l, sblk + 2 + 4 * v, 4);
+            }
     }
     return true;
 }
 
-// Repacks rows [row_begin, row_end) into out, which holds their groups from
-// group row_begin / 8 on (the whole tensor's data when that is 0).
+// Repacks rows [row_begin, row_end) into out, which holds their units from
+// the one of row_begin on (the whole tensor's data when that is 0).
 static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t run_type,
                      const void *src, int64_t row_begin, int64_t row_end, void *out,
                      struct st_error *e)
 {
     struct st_kern_weight w;
     if (st_kern_weight_init(&w, run_type, rows, cols, out, e)) return -1;
-    int64_t nb = cols / st_kern_x8_block_elems(run_type);
-    size_t src_row = st_type_row_bytes(gguf_type, cols);
-    size_t qb = st_kern_x8_qbytes(run_type);
+    int64_t nb = cols / st_kern_x8_block_elems(run_type), u = st_kern_x8_unit(run_type);
+    int64_t unit_rows = ST_KERN_X8 * u, g0 = row_begin / ST_KERN_X8;
+    size_t src_row = st_type_row_bytes(gguf_type, cols), bs = st_kern_x8_bstep(run_type);
     int8_t q[256];
-    int64_t last = row_end == rows ? (rows + ST_KERN_X8 - 1) / ST_KERN_X8 * ST_KERN_X8 : row_end;
-    size_t used = (size_t)nb * (qb + 8 * sizeof(uint16_t));
+    int64_t last = row_end == rows ? (rows + unit_rows - 1) / unit_rows * unit_rows : row_end;
+    size_t used = (size_t)nb * (bs + (size_t)u * 8 * sizeof(uint16_t)), unit_bytes = (size_t)u * w.stride;
     for (int64_t r = row_begin; r < last; r++) {
-        uint8_t *g = (uint8_t *)out + (size_t)(r / ST_KERN_X8 - row_begin / ST_KERN_X8) * w.stride;
-        uint16_t *scales = (uint16_t *)(g + (size_t)nb * qb);
+        int64_t g = r / ST_KERN_X8 - g0; // group in out
         int l = (int)(r % ST_KERN_X8);
-        if (l == 0) memset(g + used, 0, w.stride - used); // alignment pad
+        uint8_t *gq = (uint8_t *)st_kern_x8_group_q(&w, g);
+        uint16_t *scales = (uint16_t *)st_kern_x8_group_d(&w, g);
         const uint8_t *row = (const uint8_t *)src + (size_t)(r - row_begin) * src_row;
-        if (l == 0 && r + ST_KERN_X8 <= row_end &&
-            repack_group_copy(gguf_type, run_type, row, src_row, nb, qb, g)) {
-            r += ST_KERN_X8 - 1;
-            continue;
+        if (r % unit_rows == 0) {
+            memset((uint8_t *)out + (size_t)g * w.stride + used, 0, unit_bytes - used); // alignment pad
+            if (r + unit_rows <= row_end && repack_unit_copy(gguf_type, &w, row, src_row, g)) {
+                r += unit_rows - 1;
+                continue;
+            }
         }
         for (int64_t b = 0; b < nb; b++) {
             uint16_t d = 0;
@@ -356,7 +367,7 @@ static int repack_x8(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t ru
                                     st_type_name(gguf_type), st_kern_run_name(run_type),
                                     (long long)r, (long long)b);
             }
-            x8_write_lane(run_type, g + (size_t)b * qb, l, q);
+            x8_write_lane(run_type, gq + (size_t)b * bs, l, q);
             scales[b * ST_KERN_X8 + l] = d;
         }
     }
@@ -368,7 +379,8 @@ void st_kern_repack_span(uint32_t run_type, int64_t cols, int64_t row_begin, int
 {
     if (st_kern_is_x8(run_type)) {
         size_t stride = st_kern_x8_stride(run_type, cols);
-        int64_t g0 = row_begin / ST_KERN_X8, g1 = (row_end + ST_KERN_X8 - 1) / ST_KERN_X8;
+        int64_t u = st_kern_x8_unit(run_type), unit_rows = ST_KERN_X8 * u;
+        int64_t g0 = row_begin / unit_rows * u, g1 = (row_end + unit_rows - 1) / unit_rows * u;
         *off = (size_t)g0 * stride;
         *len = (size_t)(g1 - g0) * stride;
     } else {
@@ -386,9 +398,9 @@ static int check_repack(uint32_t gguf_type, int64_t rows, int64_t cols, uint32_t
         return st_error_set(e, "st_kern_repack(%s -> %s, %lld x %lld): unsupported",
                             st_type_name(gguf_type), st_kern_run_name(run_type),
                             (long long)rows, (long long)cols);
-    if (row_begin < 0 || row_end > rows || row_begin > row_end ||
-        (st_kern_is_x8(run_type) &&
-         (row_begin % ST_KERN_X8 || (row_end % ST_KERN_X8 && row_end != rows))))
+    int64_t align = st_kern_run_row_align(run_type);
+    if (row_begin < 0 || row_end > rows || row_begin > row_end || row_begin % align ||
+        (row_end % align && row_end != rows))
         return st_error_set(e, "st_kern_repack(%s -> %s, %lld rows): bad row range [%lld, %lld)",
                             st_type_name(gguf_type), st_kern_run_name(run_type),
                             (long long)rows, (long long)row_begin, (long long)row_end);

@@ -21,27 +21,29 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
                              size_t xs, const int MT, const int G, float *y, size_t ys, int64_t g,
                              int64_t r0, int64_t r1)
 {
-    int64_t nb = w->cols / st_kern_x8_block_elems(type);
-    size_t qb = st_kern_x8_qbytes(type);
-    const uint8_t *gq[4];
+    const size_t bs = st_kern_x8_bstep(type);
+    const int64_t nb = w->cols / st_kern_x8_block_elems(type), u = st_kern_x8_unit(type);
+    const uint8_t *gq[4], *pq[4]; // pq: where a group asks for its unit's block (NULL: its pair does)
     const uint16_t *gd[4];
     __m256 acc[4][ST_KERN_MT_X8];
 #pragma GCC unroll 4
     for (int i = 0; i < G; i++) {
-        gq[i] = (const uint8_t *)w->data + (g + i) * w->stride;
-        gd[i] = (const uint16_t *)(gq[i] + nb * qb);
+        gq[i] = st_kern_x8_group_q(w, g + i);
+        gd[i] = st_kern_x8_group_d(w, g + i);
+        pq[i] = (g + i) % u == 0 || i == 0 ? gq[i] - 32 * ((g + i) % u) : NULL;
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm256_setzero_ps();
     }
     // Software prefetch of the weights ahead of the hardware prefetcher's
     // reach, up to the end of this call's rows.
     const struct x8_prefetch_plan pf = x8_prefetch_plan(type, MT, (size_t)G * w->stride);
-    const uint8_t *end = (const uint8_t *)w->data + (r1 + ST_KERN_X8 - 1) / ST_KERN_X8 * w->stride;
+    const uint8_t *end = st_kern_x8_end(w, r1);
 #ifdef ST_X8_BLOCK_GROUPS
     if (G > 1 && x8_has_block_groups(type, MT)) {
         for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
-            for (int i = 0; i < G; i++) x8_prefetch(gq[i] + (size_t)b * qb, qb, pf, end);
+            for (int i = 0; i < G; i++)
+                if (pq[i]) x8_prefetch(pq[i] + (size_t)b * bs, bs, pf, end);
             x8_block_groups(type, gq, gd, b, x, xs, MT, G, acc);
         }
         for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
@@ -51,8 +53,8 @@ ST_INLINE void x8_run_groups(const uint32_t type, const struct st_kern_weight *w
     for (int64_t b = 0; b < nb; b++)
 #pragma GCC unroll 4
         for (int i = 0; i < G; i++) {
-            x8_prefetch(gq[i] + (size_t)b * qb, qb, pf, end);
-            x8_block(type, gq[i] + b * qb, gd[i], b, x, xs, MT, acc[i]);
+            if (pq[i]) x8_prefetch(pq[i] + (size_t)b * bs, bs, pf, end);
+            x8_block(type, gq[i] + b * bs, gd[i], b, x, xs, MT, acc[i]);
         }
     for (int i = 0; i < G; i++) st_x8_store(acc[i], MT, y, ys, g + i, r0, r1);
 }

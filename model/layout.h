@@ -9,7 +9,7 @@
 
 #include "model/llama.h"
 
-#define ST_LAYOUT_MAGIC UINT64_C(0x3152494457545324) // "$STWDIR1"
+#define ST_LAYOUT_MAGIC UINT64_C(0x3252494457545324) // "$STWDIR2"
 #define ST_LAYOUT_MAX_MODELS 2
 
 enum st_layout_model_id { ST_MODEL_TARGET = 0, ST_MODEL_DRAFT = 1 };

@@ -67,7 +67,7 @@ static int64_t chunk_rows(const struct st_plan *p, int64_t rows)
 {
     int64_t c = rows / ((int64_t)p->n_ranks * 8);
     if (c < 16) c = 16;
-    return (c + 7) / 8 * 8;
+    return (c + 15) / 16 * 16; // whole pairs of q8_0x8 groups (kernels.h)
 }
 
 // Normalises M rows of x [M][d] into this rank's xn.
