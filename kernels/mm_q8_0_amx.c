@@ -51,8 +51,7 @@ static void load_config(int mt)
 ST_INLINE void pair_float_step(const int32_t (*sums)[16], const uint16_t *d0, const uint16_t *d1, int64_t b,
                                const uint8_t *x, size_t xs, const int MT, __m512 *acc)
 {
-    __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d1 + 8 * b)),
-                                                 _mm_loadu_si128((const __m128i *)(d0 + 8 * b))));
+    __m512 dw = st_pair_scales(d0, d1, b);
 #pragma GCC unroll 16
     for (int m = 0; m < MT; m++) {
         __m512 is = _mm512_cvtepi32_ps(_mm512_load_si512(sums[m]));
@@ -117,16 +116,7 @@ ST_INLINE void run_pairs_side(const struct st_kern_weight *w, const uint8_t *x, 
         for (int i = 0; i < P; i++) pair_float_step(sums[i], d[i][0], d[i][1], b, x, xs, MT, acc[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < P; i++) {
-        __m256 a0[AMX_ROWS], a1[AMX_ROWS];
-#pragma GCC unroll 16
-        for (int m = 0; m < MT; m++) {
-            a0[m] = _mm512_castps512_ps256(acc[i][m]);
-            a1[m] = _mm512_extractf32x8_ps(acc[i][m], 1);
-        }
-        st_x8_store(a0, MT, y, ys, g + 2 * i, r0, r1);
-        st_x8_store(a1, MT, y, ys, g + 2 * i + 1, r0, r1);
-    }
+    for (int i = 0; i < P; i++) st_pair_store(acc[i], MT, y, ys, g + 2 * i, r0, r1);
 }
 
 // Pairs [g, g1), 4 side by side where there are: 9 rows of 65536x3072, 2

@@ -277,8 +277,7 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
         }
 #pragma GCC unroll 4
         for (int i = 0; i < P; i++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d[i][1] + 8 * b)),
-                                                         _mm_loadu_si128((const __m128i *)(d[i][0] + 8 * b))));
+            __m512 dw = st_pair_scales(d[i][0], d[i][1], b);
 #pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 float dx = ((Q8 *)(x + m * xs))[b].d;
@@ -288,16 +287,7 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < P; i++) {
-        __m256 a0[ST_KERN_MT_X8], a1[ST_KERN_MT_X8];
-#pragma GCC unroll 8
-        for (int m = 0; m < MT; m++) {
-            a0[m] = _mm512_castps512_ps256(acc[i][m]);
-            a1[m] = _mm512_extractf32x8_ps(acc[i][m], 1);
-        }
-        st_x8_store(a0, MT, y, ys, g + 2 * i, r0, r1);
-        st_x8_store(a1, MT, y, ys, g + 2 * i + 1, r0, r1);
-    }
+    for (int i = 0; i < P; i++) st_pair_store(acc[i], MT, y, ys, g + 2 * i, r0, r1);
 }
 
 // Pairs [g, g1) of MT rows, 4 side by side up to 6 rows (the sums of 5-6

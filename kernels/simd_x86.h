@@ -106,6 +106,29 @@ ST_INLINE void st_x8_store(const __m256 *acc, int mt, float *y, size_t ys, int64
     }
 }
 
+#ifdef __AVX512F__
+// The 16 f16 scales of block b of a pair of q8_0x8 groups (d0: the first
+// group's, d1: the second's) as floats, lane l = row l of the pair.
+ST_INLINE __m512 st_pair_scales(const uint16_t *d0, const uint16_t *d1, int64_t b)
+{
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(d1 + 8 * b)),
+                                            _mm_loadu_si128((const __m128i *)(d0 + 8 * b))));
+}
+
+// Stores the 16 rows of the pair of groups g, g + 1 held in acc[m] (mt <=
+// 16) into y[m][row] for the rows inside [r0, r1).
+ST_INLINE void st_pair_store(const __m512 *acc, int mt, float *y, size_t ys, int64_t g, int64_t r0, int64_t r1)
+{
+    __m256 a0[16], a1[16];
+    for (int m = 0; m < mt; m++) {
+        a0[m] = _mm512_castps512_ps256(acc[m]);
+        a1[m] = _mm512_extractf32x8_ps(acc[m], 1);
+    }
+    st_x8_store(a0, mt, y, ys, g, r0, r1);
+    st_x8_store(a1, mt, y, ys, g + 1, r0, r1);
+}
+#endif
+
 // Declares a matrix-product function over a dot-product function.
 #define ST_MM_BY_DOT(name, fn)                                                              \
     static void name(const struct st_kern_weight *w, const void *x, size_t xs, int mt,     \
