@@ -75,14 +75,11 @@ ST_INLINE void run_pairs_side(const struct st_kern_weight *w, const uint8_t *x, 
     const uint16_t *d[4][2];
     __m512 acc[4][AMX_ROWS];
     alignas(64) int32_t sums[4][AMX_ROWS][16];
+    st_pairs_at(w, g, P, q, d);
 #pragma GCC unroll 4
-    for (int i = 0; i < P; i++) {
-        q[i] = st_kern_x8_group_q(w, g + 2 * i);
-        d[i][0] = st_kern_x8_group_d(w, g + 2 * i);
-        d[i][1] = st_kern_x8_group_d(w, g + 2 * i + 1);
+    for (int i = 0; i < P; i++)
 #pragma GCC unroll 16
         for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
-    }
     // As the VNNI kernel's several-row loop asks (x8_prefetch.h).
     const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride);
     const uint8_t *end = st_kern_x8_end(w, r1);
@@ -160,15 +157,13 @@ static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t 
         vnni(w, x, xs, mt, y, ys, r0, r1);
         return;
     }
-    int64_t g = r0 / ST_KERN_X8, g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
     // A group without its pair at either end: the VNNI kernel computes its
     // rows the same way.
-    if (g % 2) {
-        int64_t hi = (g + 1) * ST_KERN_X8 < r1 ? (g + 1) * ST_KERN_X8 : r1;
-        vnni_rows(w, x, xs, mt, y, ys, r0, hi);
-        g++;
-    }
-    if (g + 2 <= g1) {
+    int64_t g, g1, lead_end, tail_begin;
+    st_pairs_split(r0, r1, &g, &g1, &lead_end, &tail_begin);
+    if (lead_end > r0) vnni_rows(w, x, xs, mt, y, ys, r0, lead_end);
+    if (tail_begin < r1) vnni_rows(w, x, xs, mt, y, ys, tail_begin, r1);
+    if (g < g1) {
         load_config(mt);
         switch (mt) {
 #define CASE(n) \
@@ -178,10 +173,6 @@ static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t 
 #undef CASE
         }
         _tile_release();
-    }
-    if ((g1 - g) % 2) {
-        int64_t lo = (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0;
-        vnni_rows(w, x, xs, mt, y, ys, lo, r1);
     }
 }
 

@@ -32,7 +32,8 @@ ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
     for (int m = 0; m < MT; m++) is[m] = _mm256_set1_epi32(-128 * ((Q8 *)(x + m * xs))[b].sum);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
-        __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 64 * g)), bias);
+        const uint8_t *v = q + st_kern_x8_vstep(ST_KERN_RUN_Q8_0X8) * g; // the pair's other group between
+        __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)v), bias);
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             Q8 *xb = (Q8 *)(x + m * xs) + b;
@@ -241,14 +242,11 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
     const uint8_t *q[4];
     const uint16_t *d[4][2];
     __m512 acc[4][ST_KERN_MT_X8];
+    st_pairs_at(w, g, P, q, d);
 #pragma GCC unroll 4
-    for (int i = 0; i < P; i++) {
-        q[i] = st_kern_x8_group_q(w, g + 2 * i);
-        d[i][0] = st_kern_x8_group_d(w, g + 2 * i);
-        d[i][1] = st_kern_x8_group_d(w, g + 2 * i + 1);
+    for (int i = 0; i < P; i++)
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
-    }
     const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride);
     const uint8_t *end = st_kern_x8_end(w, r1);
     for (int64_t b = 0; b < nb; b++) {
@@ -352,13 +350,10 @@ ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *g
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    const uint32_t t = ST_KERN_RUN_Q8_0X8;
-    int64_t g = r0 / ST_KERN_X8, g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
-    if (g % 2) {
-        x8_mm(t, w, x, xs, mt, y, ys, r0, (g + 1) * ST_KERN_X8 < r1 ? (g + 1) * ST_KERN_X8 : r1);
-        g++;
-    }
-    if ((g1 - g) % 2) x8_mm(t, w, x, xs, mt, y, ys, (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0, r1);
+    int64_t g, g1, lead_end, tail_begin;
+    st_pairs_split(r0, r1, &g, &g1, &lead_end, &tail_begin);
+    if (lead_end > r0) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, r0, lead_end);
+    if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     switch (mt) {
     case 1: q8_pairs(w, xb, xs, 1, y, ys, g, g1, r0, r1); break;

@@ -17,7 +17,8 @@ ST_INLINE void q8_0x8_block(const uint8_t *q, const uint16_t *gd, int64_t b, con
     __m256i is[ST_KERN_MT_X8];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
-        __m256i wv = _mm256_loadu_si256((const __m256i *)(q + 64 * g));
+        const uint8_t *v = q + st_kern_x8_vstep(ST_KERN_RUN_Q8_0X8) * g; // the pair's other group between
+        __m256i wv = _mm256_loadu_si256((const __m256i *)v);
         __m256i aw = _mm256_abs_epi8(wv);
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {

@@ -106,6 +106,39 @@ ST_INLINE void st_x8_store(const __m256 *acc, int mt, float *y, size_t ys, int64
     }
 }
 
+// Rows [r0, r1) of a q8_0x8 weight as whole pairs of groups [*g, *g1) and
+// the rows of a group without its pair at either end, [r0, *lead_end) and
+// [*tail_begin, r1) (empty where lead_end is r0, tail_begin r1).
+ST_INLINE void st_pairs_split(int64_t r0, int64_t r1, int64_t *g, int64_t *g1, int64_t *lead_end,
+                              int64_t *tail_begin)
+{
+    *g = r0 / ST_KERN_X8;
+    *g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
+    *lead_end = r0;
+    *tail_begin = r1;
+    if (*g % 2) {
+        *lead_end = (*g + 1) * ST_KERN_X8 < r1 ? (*g + 1) * ST_KERN_X8 : r1;
+        (*g)++;
+    }
+    if ((*g1 - *g) % 2) {
+        (*g1)--;
+        *tail_begin = *g1 * ST_KERN_X8 > r0 ? *g1 * ST_KERN_X8 : r0;
+    }
+}
+
+// Quants (q[i]) and the two groups' scales (d[i][0], d[i][1]) of the P
+// pairs from group g.
+ST_INLINE void st_pairs_at(const struct st_kern_weight *w, int64_t g, const int P, const uint8_t **q,
+                           const uint16_t *(*d)[2])
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < P; i++) {
+        q[i] = st_kern_x8_group_q(w, g + 2 * i);
+        d[i][0] = st_kern_x8_group_d(w, g + 2 * i);
+        d[i][1] = st_kern_x8_group_d(w, g + 2 * i + 1);
+    }
+}
+
 #ifdef __AVX512F__
 // The 16 f16 scales of block b of a pair of q8_0x8 groups (d0: the first
 // group's, d1: the second's) as floats, lane l = row l of the pair.
