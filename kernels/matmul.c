@@ -21,8 +21,12 @@ void st_kern_matmul_ops(const struct st_kern_ops *ops, const struct st_kern_weig
         return;
     }
     int64_t row_bytes = (int64_t)(w->stride / (size_t)w->group) + 1;
-    int64_t chunk = CHUNK_BYTES / row_bytes / w->group * w->group;
-    if (chunk < w->group) chunk = w->group;
+    // Whole units of the run format (Q8_0's pairs of groups): a chunk
+    // ending inside a pair sent both halves to the kernels' one-group path.
+    int64_t unit = st_kern_run_row_align(w->type);
+    if (unit < w->group) unit = w->group;
+    int64_t chunk = CHUNK_BYTES / row_bytes / unit * unit;
+    if (chunk < unit) chunk = unit;
     for (int64_t c0 = row_begin; c0 < row_end;) {
         int64_t c1 = (c0 / chunk + 1) * chunk;
         if (c1 > row_end) c1 = row_end;

@@ -127,9 +127,9 @@ ST_INLINE void run_pairs(const struct st_kern_weight *w, const uint8_t *x, size_
     for (; g + 2 <= g1; g += 2) run_pairs_side(w, x, xs, MT, 1, y, ys, g, r0, r1);
 }
 
-// The avx512 level's kernel, taken when the table is filled: the rows
-// this one leaves to it, without a table lookup per call.
-static st_kern_mm_fn vnni;
+// The VNNI kernel for the rows this one leaves to it: with 4 pairs of
+// groups side by side, the streams in flight this host's cores need.
+static const st_kern_mm_fn vnni = st_kern_mm_q8_0x8_side4_avx512;
 
 // Rows [r0, r1) by the VNNI kernel, up to ST_KERN_MT_X8 activation rows a call.
 static void vnni_rows(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
@@ -195,7 +195,6 @@ bool st_kern_amx_usable(void)
 // ops is a copy of the avx512 level's table.
 void st_kern_ops_fill_amx(struct st_kern_ops *ops)
 {
-    vnni = ops->mm[ST_KERN_RUN_Q8_0X8];
     ops->mm[ST_KERN_RUN_Q8_0X8] = mm_q8_0x8_amx;
     ops->mm_rows[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
 }

@@ -288,19 +288,24 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
     for (int i = 0; i < P; i++) st_pair_store(acc[i], MT, y, ys, g + 2 * i, r0, r1);
 }
 
-// Pairs [g, g1) of MT rows, 4 side by side up to 6 rows (the sums of 5-6
-// rows spill, and still beat 2 side by side), then 2.  Against the layout
-// before pairs (256-bit, 4 groups side by side), 65536x3072, 2 threads,
-// medians of 5 alternations: 1 row 1.04x the time, 2-5 rows 1.04-1.07x,
-// 6 rows 0.96x (512-bit vpdpbusd has half the 256-bit one's throughput);
-// 3072x8192, one row, 1.09-1.11x.  The verify of 7-16 rows goes to the AMX
-// kernel: 7-9 rows 0.79-0.84x.
-ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT, float *y,
-                        size_t ys, int64_t g, int64_t g1, int64_t r0, int64_t r1)
+// Pairs [g, g1) of MT rows, `side` (4 or 1) at a time.  How many streams
+// of weights one core needs in flight depends on the machine.  The AMX host
+// (Intel, model 167) needs many: 4 pairs side by side up to 6 rows (the sums
+// of 5-6 rows spill, and still beat 2 side by side), then 2; against the
+// layout before pairs (256-bit, 4 groups side by side), 65536x3072, 2
+// threads, medians of 5 alternations: 1 row 1.04x the time, 2-5 rows
+// 1.04-1.07x, 6 rows 0.96x; 3072x8192, one row, 1.09-1.11x.  Zen 5 streams
+// one pair best: 1 / 4 / 8 rows 0.92-0.94 / 0.96 / 0.89x the layout
+// before pairs' time, where 4 pairs side by side took 1.13-1.18x
+// (65536x3072, 2 threads, 2 alternations).
+ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
+                        const int side, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0, int64_t r1)
 {
-    if (MT <= 6)
-        for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, y, ys, g, r0, r1);
-    for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, y, ys, g, r0, r1);
+    if (side == 4) {
+        if (MT <= 6)
+            for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, y, ys, g, r0, r1);
+        for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, y, ys, g, r0, r1);
+    }
     for (; g + 2 <= g1; g += 2) q8_pairs_run(w, x, xs, MT, 1, y, ys, g, r0, r1);
 }
 #define ST_Q8_PAIRS
@@ -345,10 +350,10 @@ ST_INLINE void x8_block(const uint32_t type, const uint8_t *q, const uint16_t *g
 #include "kernels/x8_driver.h"
 
 #ifdef ST_Q8_PAIRS
-// Q8_0: whole pairs on 512-bit vectors; a group without its pair at either
-// end of the rows on the 256-bit loop.
-static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
-                      int64_t r0, int64_t r1)
+// Q8_0: whole pairs on 512-bit vectors, `side` at a time; a group without
+// its pair at either end of the rows on the 256-bit loop.
+ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
+                               float *y, size_t ys, int64_t r0, int64_t r1)
 {
     int64_t g, g1, lead_end, tail_begin;
     st_pairs_split(r0, r1, &g, &g1, &lead_end, &tail_begin);
@@ -356,15 +361,27 @@ static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, 
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     switch (mt) {
-    case 1: q8_pairs(w, xb, xs, 1, y, ys, g, g1, r0, r1); break;
-    case 2: q8_pairs(w, xb, xs, 2, y, ys, g, g1, r0, r1); break;
-    case 3: q8_pairs(w, xb, xs, 3, y, ys, g, g1, r0, r1); break;
-    case 4: q8_pairs(w, xb, xs, 4, y, ys, g, g1, r0, r1); break;
-    case 5: q8_pairs(w, xb, xs, 5, y, ys, g, g1, r0, r1); break;
-    case 6: q8_pairs(w, xb, xs, 6, y, ys, g, g1, r0, r1); break;
-    case 7: q8_pairs(w, xb, xs, 7, y, ys, g, g1, r0, r1); break;
-    default: q8_pairs(w, xb, xs, 8, y, ys, g, g1, r0, r1); break;
+    case 1: q8_pairs(w, xb, xs, 1, side, y, ys, g, g1, r0, r1); break;
+    case 2: q8_pairs(w, xb, xs, 2, side, y, ys, g, g1, r0, r1); break;
+    case 3: q8_pairs(w, xb, xs, 3, side, y, ys, g, g1, r0, r1); break;
+    case 4: q8_pairs(w, xb, xs, 4, side, y, ys, g, g1, r0, r1); break;
+    case 5: q8_pairs(w, xb, xs, 5, side, y, ys, g, g1, r0, r1); break;
+    case 6: q8_pairs(w, xb, xs, 6, side, y, ys, g, g1, r0, r1); break;
+    case 7: q8_pairs(w, xb, xs, 7, side, y, ys, g, g1, r0, r1); break;
+    default: q8_pairs(w, xb, xs, 8, side, y, ys, g, g1, r0, r1); break;
     }
+}
+
+static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
+                      int64_t r0, int64_t r1)
+{
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, y, ys, r0, r1);
+}
+
+void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
+                                    size_t ys, int64_t r0, int64_t r1)
+{
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/kern_internal.h"
 #include "kernels/kernels.h"
 
 #define MMAX 17 // activation rows tested (M = 1..17)
@@ -337,6 +338,49 @@ static float *product(const struct st_kern_ops *ops, const struct st_kern_weight
     return y;
 }
 
+// One kernel table against the reference rows yr: each activation row
+// alone within the bound, every M and every cut of the row range bit for
+// bit equal to those rows.
+static void check_ops(const struct st_kern_ops *ops, const char *name, const struct fmt *f, struct wt *t,
+                      const void *xq, size_t xs, const float *yr, const double *mag, int64_t rows, int64_t cols,
+                      const int *ms, int nms)
+{
+    // GEMV of each activation row alone: the rows every other M must equal.
+    float *y1 = xmalloc(sizeof(float) * MMAX * rows);
+    for (int m = 0; m < MMAX; m++) {
+        float *y = product(ops, &t->w, (const uint8_t *)xq + m * xs, 1, 0, rows);
+        memcpy(y1 + m * rows, y, sizeof(float) * rows);
+        free(y);
+    }
+    for (int64_t i = 0; i < MMAX * rows; i++)
+        if (fabs((double)y1[i] - yr[i]) > 2e-5 * mag[i] + 1e-30)
+            fail_msg("%s %lldx%lld level %s: row %lld m %lld: %.9g vs reference %.9g",
+                     st_kern_run_name(f->run), (long long)rows, (long long)cols,
+                     name, (long long)(i % rows), (long long)(i / rows), y1[i], yr[i]);
+    for (int k = 0; k < nms; k++) {
+        int M = ms[k];
+        float *y = product(ops, &t->w, xq, M, 0, rows);
+        if (memcmp(y, y1, sizeof(float) * M * rows))
+            fail_msg("%s %lldx%lld level %s: M=%d rows differ from M=1", st_kern_run_name(f->run),
+                     (long long)rows, (long long)cols, name, M);
+        free(y);
+    }
+    // Ranges that cut groups anywhere give the same rows, for every M
+    // (the kernels run groups side by side in numbers that depend on M).
+    for (int k = 0; k < nms && rows > 3; k++) {
+        int M = ms[k];
+        float *y = xmalloc(sizeof(float) * M * rows);
+        int64_t cuts[] = {0, 3, rows / 3, rows / 3 + 8, rows - 1, rows};
+        for (int c = 0; c + 1 < 6; c++)
+            if (cuts[c] < cuts[c + 1]) st_kern_matmul_ops(ops, &t->w, xq, M, y, cuts[c], cuts[c + 1]);
+        if (memcmp(y, y1, sizeof(float) * M * rows))
+            fail_msg("%s %lldx%lld level %s: M=%d split ranges differ", st_kern_run_name(f->run),
+                     (long long)rows, (long long)cols, name, M);
+        free(y);
+    }
+    free(y1);
+}
+
 // Every level against the scalar reference (bound: 2e-5 of sum |w x|, the
 // float rounding of a few hundred terms), the reference against the float
 // product of the dequantised weights (bound: the activations' rounding), and
@@ -376,42 +420,18 @@ static void check_format(const struct fmt *f, int64_t rows, int64_t cols, const 
 
     for (int l = 0; l < ST_KERN_LEVEL_COUNT; l++) {
         const struct st_kern_ops *ops = st_kern_ops_get((enum st_kern_level)l);
-        if (!ops) continue;
-        // GEMV of each activation row alone: the rows every other M must equal.
-        float *y1 = xmalloc(sizeof(float) * MMAX * rows);
-        for (int m = 0; m < MMAX; m++) {
-            float *y = product(ops, &t.w, (const uint8_t *)xq + m * xs, 1, 0, rows);
-            memcpy(y1 + m * rows, y, sizeof(float) * rows);
-            free(y);
-        }
-        for (int64_t i = 0; i < MMAX * rows; i++)
-            if (fabs((double)y1[i] - yr[i]) > 2e-5 * mag[i] + 1e-30)
-                fail_msg("%s %lldx%lld level %s: row %lld m %lld: %.9g vs reference %.9g",
-                         st_kern_run_name(f->run), (long long)rows, (long long)cols,
-                         st_kern_level_name(l), (long long)(i % rows), (long long)(i / rows), y1[i], yr[i]);
-        for (int k = 0; k < nms; k++) {
-            int M = ms[k];
-            float *y = product(ops, &t.w, xq, M, 0, rows);
-            if (memcmp(y, y1, sizeof(float) * M * rows))
-                fail_msg("%s %lldx%lld level %s: M=%d rows differ from M=1", st_kern_run_name(f->run),
-                         (long long)rows, (long long)cols, st_kern_level_name(l), M);
-            free(y);
-        }
-        // Ranges that cut groups anywhere give the same rows, for every M
-        // (the kernels run groups side by side in numbers that depend on M).
-        for (int k = 0; k < nms && rows > 3; k++) {
-            int M = ms[k];
-            float *y = xmalloc(sizeof(float) * M * rows);
-            int64_t cuts[] = {0, 3, rows / 3, rows / 3 + 8, rows - 1, rows};
-            for (int c = 0; c + 1 < 6; c++)
-                if (cuts[c] < cuts[c + 1]) st_kern_matmul_ops(ops, &t.w, xq, M, y, cuts[c], cuts[c + 1]);
-            if (memcmp(y, y1, sizeof(float) * M * rows))
-                fail_msg("%s %lldx%lld level %s: M=%d split ranges differ", st_kern_run_name(f->run),
-                         (long long)rows, (long long)cols, st_kern_level_name(l), M);
-            free(y);
-        }
-        free(y1);
+        if (ops) check_ops(ops, st_kern_level_name(l), f, &t, xq, xs, yr, mag, rows, cols, ms, nms);
     }
+#if defined(__x86_64__)
+    // The AMX level's VNNI part (4 pairs of groups side by side), on any
+    // AVX-512 machine.
+    const struct st_kern_ops *avx512 = st_kern_ops_get(ST_KERN_LEVEL_AVX512);
+    if (avx512 && f->run == ST_KERN_RUN_Q8_0X8) {
+        struct st_kern_ops side4 = *avx512;
+        side4.mm[ST_KERN_RUN_Q8_0X8] = st_kern_mm_q8_0x8_side4_avx512;
+        check_ops(&side4, "avx512 4 pairs side by side", f, &t, xq, xs, yr, mag, rows, cols, ms, nms);
+    }
+#endif
     free(mag);
     free(wrow);
     free(yr);
