@@ -318,6 +318,7 @@ struct st_kern_ops {
     st_kern_dot_fn dot[ST_TYPE_COUNT]; // GGUF-layout rows
     st_kern_mm_fn mm[ST_KERN_RUN_MAX]; // every run format
     int mm_rows[ST_KERN_RUN_MAX];      // the most activation rows one mm call takes
+    int mm_tile[ST_KERN_RUN_MAX];      // rows a call when M is more than mm_rows (0: mm_rows)
     void (*attention)(const struct st_kern_attn *a, int kv_head_begin, int kv_head_end,
                       float *scratch);
     // NULL where the level does not split by segments.

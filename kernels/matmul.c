@@ -1,6 +1,6 @@
-// Matrix product driver: splits M into tiles of at most ops->mm_rows[]
-// rows and, when there is more than one tile, walks the weights in chunks
-// small enough to stay in L2 while every tile passes over them (prefill).
+// Matrix product driver: up to ops->mm_rows[] rows in one call, more in
+// tiles of ops->mm_tile[] rows, walking the weights in chunks small enough
+// to stay in L2 while every tile passes over them (prefill).
 // The kernels compute each (row, activation) pair the same way whatever the
 // tile, so a row's result does not depend on M.
 #include "kernels/kern_internal.h"
@@ -15,11 +15,11 @@ void st_kern_matmul_ops(const struct st_kern_ops *ops, const struct st_kern_weig
     ST_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= w->rows && M >= 0);
     st_kern_mm_fn fn = ops->mm[w->type];
     size_t xs = st_kern_act_row_bytes(w->type, w->cols), ys = (size_t)w->rows;
-    const int tile = ops->mm_rows[w->type];
-    if (M <= tile) {
+    if (M <= ops->mm_rows[w->type]) {
         if (M > 0 && row_begin < row_end) fn(w, x, xs, M, y, ys, row_begin, row_end);
         return;
     }
+    const int tile = ops->mm_tile[w->type] ? ops->mm_tile[w->type] : ops->mm_rows[w->type];
     int64_t row_bytes = (int64_t)(w->stride / (size_t)w->group) + 1;
     // Whole units of the run format (Q8_0's pairs of groups): a chunk
     // ending inside a pair sent both halves to the kernels' one-group path.
