@@ -304,7 +304,7 @@ void st_kern_softmax(const float *x, float *p, int64_t n, float temp);
 // Product of up to ops->mm_rows[w->type] activation rows with rows [r0, r1)
 // of w.  The interleaved int8 formats take up to ST_KERN_MT_X8 rows in one
 // pass over the weights (a verify of K + 1 <= 8 rows reads each weight
-// once; AMX's Q8_0 16); the others ST_KERN_MT.
+// once; Q8_0 16 at the avx512 and amx levels); the others ST_KERN_MT.
 #define ST_KERN_MT 4
 #define ST_KERN_MT_X8 8
 typedef void (*st_kern_mm_fn)(const struct st_kern_weight *w, const void *x, size_t x_stride,
