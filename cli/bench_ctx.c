@@ -58,11 +58,8 @@ struct ar_bytes {
 static struct ar_bytes ar_bytes_of(const struct st_bench_rig *rig)
 {
     const struct st_engine_node *nd = &rig->eng->node[0];
-    uint64_t n;
-    const struct st_layout_dir *dir = st_region_section(nd->region, ST_REGION_WEIGHTS, &n);
     double row = (double)st_kv_row_elems(&nd->kv, ST_MODEL_TARGET) * sizeof(uint16_t); // one position's K (or V)
-    return (struct ar_bytes){(double)dir->model[ST_MODEL_TARGET].weight_bytes,
-                             2.0 * row * rig->eng->target->hp.n_layer};
+    return (struct ar_bytes){st_bench_target_weight_bytes(rig), 2.0 * row * rig->eng->target->hp.n_layer};
 }
 
 int st_bench_ctx(int argc, char **argv)

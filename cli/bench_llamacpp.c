@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/bench_kernels.h"
 #include "cli/child.h"
 #include "cli/cpu_ticks.h"
 #include "cli/llamacpp_parse.h"
@@ -94,6 +95,11 @@ struct series {
 
 struct cmp_runs {
     struct series our_ar, our_sp, ll_ar, ll_sp[ST_LLAMACPP_MAX_K];
+    // The read bandwidth just before our AR run and just before
+    // llama-bench's, GB/s (NAN: not measured): on a shared host it moves by
+    // a third within minutes, and an AR decode follows it.
+    double probe_ours[ST_BENCH_MAX_RUNS], probe_ll[ST_BENCH_MAX_RUNS];
+    double weight_bytes; // the target's matrices: what an AR step streams
     char threads[16], n[16];
 };
 
@@ -167,6 +173,8 @@ static int repetition(struct st_llamacpp_cmp *m, struct st_bench_rig *rig, const
 {
     struct st_gen_params gp = {.max_tokens = c->n_tokens, .speculate = false, .stop_at_eos = false};
     struct st_session_stats a, s;
+    int threads = atoi(cr->threads);
+    cr->probe_ours[r] = st_bench_read_probe(threads, 1);
     if (st_bench_rig_run(rig, &gp, &a)) return -1;
     cr->our_ar.steal[r] = rig->steal;
     gp.speculate = true, gp.k = m->o.our_k, gp.governor = false;
@@ -175,7 +183,10 @@ static int repetition(struct st_llamacpp_cmp *m, struct st_bench_rig *rig, const
     cr->our_ar.tps[r] = a.tokens / a.seconds;
     cr->our_sp.tps[r] = s.tokens / s.seconds;
     cr->our_sp.acc[r] = s.drafted ? (double)s.accepted / s.drafted : 0;
-    if (!cr->ll_ar.off) llama_ar(m, c, cr, r);
+    if (!cr->ll_ar.off) {
+        cr->probe_ll[r] = st_bench_read_probe(threads, 1);
+        llama_ar(m, c, cr, r);
+    }
     for (int k = 0; k < m->o.nk; k++)
         if (!cr->ll_sp[k].off) llama_spec(m, c, draft, cr, k, r);
     return 0;
@@ -234,6 +245,43 @@ static void emit(struct st_llamacpp_cmp *m, const char *draft, const char *row, 
     fprintf(m->csv, "\n");
 }
 
+// GB/s of the target's matrices at `tps`, and its share of the probe.
+static void ar_cells(const struct cmp_runs *cr, double probe, double tps, char *buf, size_t n)
+{
+    if (isnan(tps)) {
+        snprintf(buf, n, "%8s %8s %6s %6s", "-", "-", "-", "-");
+        return;
+    }
+    double gbps = tps * cr->weight_bytes / 1e9;
+    if (isnan(probe) || probe <= 0) snprintf(buf, n, "%8.2f %8.1f %6s %6s", tps, gbps, "-", "-");
+    else snprintf(buf, n, "%8.2f %8.1f %6.1f %5.0f%%", tps, gbps, probe, 100 * gbps / probe);
+}
+
+// The AR pair of each repetition beside the read bandwidth measured just
+// before each run: it tells the host's state from the programs' speed.
+static void report_ar_runs(struct st_llamacpp_cmp *m, const char *draft, const struct cmp_runs *cr, int runs)
+{
+    printf("autoregressive runs one by one: t/s, the target's matrices read per second (%.2f GB a token),\n"
+           "the read probe just before the run, and that GB/s as a share of it\n",
+           cr->weight_bytes / 1e9);
+    printf("%4s | %8s %8s %6s %6s | %8s %8s %6s %6s | %7s\n", "rep", "ours t/s", "GB/s", "probe", "share",
+           "llama", "GB/s", "probe", "share", "ratio");
+    for (int r = 0; r < runs; r++) {
+        char a[64], b[64], ratio[16] = "-";
+        ar_cells(cr, cr->probe_ours[r], cr->our_ar.tps[r], a, sizeof a);
+        ar_cells(cr, cr->probe_ll[r], cr->ll_ar.tps[r], b, sizeof b);
+        if (!isnan(cr->our_ar.tps[r]) && !isnan(cr->ll_ar.tps[r]) && cr->ll_ar.tps[r] > 0)
+            snprintf(ratio, sizeof ratio, "%.3f", cr->our_ar.tps[r] / cr->ll_ar.tps[r]);
+        printf("%4d | %s | %s | %7s\n", r + 1, a, b, ratio);
+    }
+    static const char *const rows[2] = {"read_probe_ours_ar", "read_probe_llama_ar"};
+    for (int i = 0; i < 2; i++) {
+        struct st_bench_stat s = stat_of(i ? cr->probe_ll : cr->probe_ours, runs);
+        if (s.n)
+            fprintf(m->csv, "%s,%s,0,%.4f,%.4f,%d,,0,\n", draft, rows[i], st_bench_mean(&s), st_bench_std(&s), s.n);
+    }
+}
+
 static void report(struct st_llamacpp_cmp *m, const char *draft, const struct cmp_runs *cr, int runs)
 {
     char label[64], ours[32];
@@ -268,6 +316,7 @@ static void report(struct st_llamacpp_cmp *m, const char *draft, const struct cm
     emit(m, draft, "ratio_llama_spec_llama_ar", kv, label, &s, NULL, NULL, runs, false);
     s = ratio_of(cr->our_sp.tps, cr->our_ar.tps, runs);
     emit(m, draft, "ratio_ours_spec_ours_ar", m->o.our_k, "ours spec / ours AR", &s, NULL, NULL, runs, false);
+    report_ar_runs(m, draft, cr, runs);
     fflush(stdout);
     fflush(m->csv);
 }
@@ -289,6 +338,8 @@ int st_bench_llamacpp(struct st_llamacpp_cmp *m, struct st_bench_rig *rig, const
     printf("\nllama.cpp comparison: %s + %s, %u tokens, %s threads, %d alternating runs (their output: %s)\n",
            st_bench_basename(c->o.target), st_bench_basename(draft), c->n_tokens, cr->threads, c->runs, m->log_path);
     fflush(stdout);
+    for (int r = 0; r < ST_BENCH_MAX_RUNS; r++) cr->probe_ours[r] = cr->probe_ll[r] = NAN;
+    cr->weight_bytes = st_bench_target_weight_bytes(rig);
     series_init(&cr->our_ar, false);
     series_init(&cr->our_sp, false);
     series_init(&cr->ll_ar, !have_program(m->o.dir, "llama-bench"));

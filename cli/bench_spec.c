@@ -70,7 +70,8 @@ int st_bench_spec(int argc, char **argv)
                             "K 0 means adaptive.  Defaults: the demo pair of `make models`, K 1..8 and adaptive.\n"
                             "--compare-llamacpp: DIR holds llama.cpp's llama-bench and llama-speculative; after each\n"
                             "draft's sweep, R repetitions of (ours AR, ours K, llama-bench, llama-speculative per\n"
-                            "--draft-max) and the ratios pair by pair; results/spec-llamacpp.csv and .log.\n");
+                            "--draft-max) and the ratios pair by pair, then each AR run beside the read bandwidth\n"
+                            "probed just before it; results/spec-llamacpp.csv and .log.\n");
             return 2;
         }
     }

@@ -15,6 +15,13 @@
 #include "cli/cpu_ticks.h"
 #include "coordinator/rundir.h"
 
+double st_bench_target_weight_bytes(const struct st_bench_rig *r)
+{
+    uint64_t n;
+    const struct st_layout_dir *dir = st_region_section(r->eng->node[0].region, ST_REGION_WEIGHTS, &n);
+    return (double)dir->model[ST_MODEL_TARGET].weight_bytes;
+}
+
 double st_bench_seconds(void)
 {
     struct timespec t;

@@ -57,6 +57,10 @@ void st_bench_plot(const char *dir, const char *name, const char *script);
 // The file name of a path, for table rows.
 const char *st_bench_basename(const char *path);
 
+// Bytes of the target's matrices in the rig's region: what one
+// autoregressive step streams from memory, KV aside.
+double st_bench_target_weight_bytes(const struct st_bench_rig *r);
+
 // Seconds on the monotonic clock, for timing a measured loop.
 double st_bench_seconds(void);
 // n bytes (rounded up to 2 MiB) on a 2 MiB boundary, with transparent huge
