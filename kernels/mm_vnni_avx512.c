@@ -234,8 +234,9 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
 // reading 1 / 2 / 4 streams: 9.9 / 11.3 / 13.6 GB/s): the 256-bit loop,
 // 4 groups side by side, is 2 streams on this layout and took 1.22x the
 // time of the layout before pairs at one row (65536x3072, 2 threads).
+// `pf`: ask for the weights ahead in software (x8_prefetch_plan's distance).
 ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
-                            const int P, float *y, size_t ys, int64_t g, int64_t r0, int64_t r1)
+                            const int P, const bool pf, float *y, size_t ys, int64_t g, int64_t r0, int64_t r1)
 {
     const int64_t nb = w->cols / 32;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
@@ -247,7 +248,8 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
     for (int i = 0; i < P; i++)
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
-    const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride);
+    const struct x8_prefetch_plan plan =
+        pf ? x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride) : (struct x8_prefetch_plan){0, false};
     const uint8_t *end = st_kern_x8_end(w, r1);
     for (int64_t b = 0; b < nb; b++) {
         // Below 4 sums the vpdpbusd chains wait on its latency: the odd
@@ -258,7 +260,7 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
         __m512i is[4][ST_KERN_MT_X8], iz[4][ST_KERN_MT_X8];
 #pragma GCC unroll 4
         for (int i = 0; i < P; i++) {
-            x8_prefetch(q[i] + b * 512, 512, pf, end);
+            x8_prefetch(q[i] + b * 512, 512, plan, end);
 #pragma GCC unroll 8
             for (int m = 0; m < MT; m++) {
                 is[i][m] = _mm512_set1_epi32(-128 * ((Q8 *)(x + m * xs))[b].sum);
@@ -357,16 +359,23 @@ ST_INLINE void q8_pair_rows16(const struct st_kern_weight *w, const uint8_t *x, 
 // 1.04-1.07x, 6 rows 0.96x; 3072x8192, one row, 1.09-1.11x.  Zen 5 streams
 // one pair best: 1 / 4 / 8 rows 0.92-0.94 / 0.96 / 0.89x the layout
 // before pairs' time, where 4 pairs side by side took 1.13-1.18x
-// (65536x3072, 2 threads, 2 alternations).
+// (65536x3072, 2 threads, 2 alternations) -- with the software prefetch
+// 8 groups ahead.  One row without it streams best 4 pairs side by side:
+// 8192x3072 and 3072x8192 88-93% of the read probe against 80-84% for one
+// pair with it (bench kernels, 3 alternations); l3b's decoding 22.0-22.4
+// against 20.2-20.5 tokens/s while the host read fast, 14.8-14.9 against
+// 14.4-14.7 while slow (4 and 4 alternations).  2-8 rows need it: without,
+// 4 pairs side by side ran at 0.5-0.95x the speed of one pair with it.
 ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
-                        const int side, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0, int64_t r1)
+                        const int side, const bool pf, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0,
+                        int64_t r1)
 {
     if (side == 4) {
         if (MT <= 6)
-            for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, y, ys, g, r0, r1);
-        for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, y, ys, g, r0, r1);
+            for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, pf, y, ys, g, r0, r1);
+        for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, pf, y, ys, g, r0, r1);
     }
-    for (; g + 2 <= g1; g += 2) q8_pairs_run(w, x, xs, MT, 1, y, ys, g, r0, r1);
+    for (; g + 2 <= g1; g += 2) q8_pairs_run(w, x, xs, MT, 1, pf, y, ys, g, r0, r1);
 }
 #define ST_Q8_PAIRS
 
@@ -434,10 +443,11 @@ static void q8_0x8_rows16_mm(const struct st_kern_weight *w, const void *x, size
     }
 }
 
-// Q8_0: whole pairs on 512-bit vectors, `side` at a time; a group without
-// its pair at either end of the rows on the 256-bit loop.
+// Q8_0: whole pairs on 512-bit vectors, `side` at a time (`side1` and
+// prefetch `pf1` for one row); a group without its pair at either end of the
+// rows on the 256-bit loop.
 ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
-                               float *y, size_t ys, int64_t r0, int64_t r1)
+                               const int side1, const bool pf1, float *y, size_t ys, int64_t r0, int64_t r1)
 {
     if (mt > ST_KERN_MT_X8) {
         q8_0x8_rows16_mm(w, x, xs, mt, y, ys, r0, r1);
@@ -449,27 +459,27 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     switch (mt) {
-    case 1: q8_pairs(w, xb, xs, 1, side, y, ys, g, g1, r0, r1); break;
-    case 2: q8_pairs(w, xb, xs, 2, side, y, ys, g, g1, r0, r1); break;
-    case 3: q8_pairs(w, xb, xs, 3, side, y, ys, g, g1, r0, r1); break;
-    case 4: q8_pairs(w, xb, xs, 4, side, y, ys, g, g1, r0, r1); break;
-    case 5: q8_pairs(w, xb, xs, 5, side, y, ys, g, g1, r0, r1); break;
-    case 6: q8_pairs(w, xb, xs, 6, side, y, ys, g, g1, r0, r1); break;
-    case 7: q8_pairs(w, xb, xs, 7, side, y, ys, g, g1, r0, r1); break;
-    default: q8_pairs(w, xb, xs, 8, side, y, ys, g, g1, r0, r1); break;
+    case 1: q8_pairs(w, xb, xs, 1, side1, pf1, y, ys, g, g1, r0, r1); break;
+    case 2: q8_pairs(w, xb, xs, 2, side, true, y, ys, g, g1, r0, r1); break;
+    case 3: q8_pairs(w, xb, xs, 3, side, true, y, ys, g, g1, r0, r1); break;
+    case 4: q8_pairs(w, xb, xs, 4, side, true, y, ys, g, g1, r0, r1); break;
+    case 5: q8_pairs(w, xb, xs, 5, side, true, y, ys, g, g1, r0, r1); break;
+    case 6: q8_pairs(w, xb, xs, 6, side, true, y, ys, g, g1, r0, r1); break;
+    case 7: q8_pairs(w, xb, xs, 7, side, true, y, ys, g, g1, r0, r1); break;
+    default: q8_pairs(w, xb, xs, 8, side, true, y, ys, g, g1, r0, r1); break;
     }
 }
 
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 1, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, false, y, ys, r0, r1);
 }
 
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
                                     size_t ys, int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 4, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, 4, true, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)
