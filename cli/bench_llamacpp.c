@@ -173,7 +173,7 @@ static int repetition(struct st_llamacpp_cmp *m, struct st_bench_rig *rig, const
 {
     struct st_gen_params gp = {.max_tokens = c->n_tokens, .speculate = false, .stop_at_eos = false};
     struct st_session_stats a, s;
-    int threads = atoi(cr->threads);
+    const int threads = (int)rig->eng->node[0].n_cpus; // as llama.cpp's -t
     cr->probe_ours[r] = st_bench_read_probe(threads, 1);
     if (st_bench_rig_run(rig, &gp, &a)) return -1;
     cr->our_ar.steal[r] = rig->steal;

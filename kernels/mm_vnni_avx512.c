@@ -443,11 +443,11 @@ static void q8_0x8_rows16_mm(const struct st_kern_weight *w, const void *x, size
     }
 }
 
-// Q8_0: whole pairs on 512-bit vectors, `side` at a time (`side1` and
-// prefetch `pf1` for one row); a group without its pair at either end of the
-// rows on the 256-bit loop.
+// Q8_0: whole pairs on 512-bit vectors, `side` at a time (one row: 4 on
+// every host, asking ahead in software if `pf1`); a group without its pair
+// at either end of the rows on the 256-bit loop.
 ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
-                               const int side1, const bool pf1, float *y, size_t ys, int64_t r0, int64_t r1)
+                               const bool pf1, float *y, size_t ys, int64_t r0, int64_t r1)
 {
     if (mt > ST_KERN_MT_X8) {
         q8_0x8_rows16_mm(w, x, xs, mt, y, ys, r0, r1);
@@ -459,7 +459,7 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     switch (mt) {
-    case 1: q8_pairs(w, xb, xs, 1, side1, pf1, y, ys, g, g1, r0, r1); break;
+    case 1: q8_pairs(w, xb, xs, 1, 4, pf1, y, ys, g, g1, r0, r1); break;
     case 2: q8_pairs(w, xb, xs, 2, side, true, y, ys, g, g1, r0, r1); break;
     case 3: q8_pairs(w, xb, xs, 3, side, true, y, ys, g, g1, r0, r1); break;
     case 4: q8_pairs(w, xb, xs, 4, side, true, y, ys, g, g1, r0, r1); break;
@@ -473,13 +473,13 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, false, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, false, y, ys, r0, r1);
 }
 
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
                                     size_t ys, int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 4, 4, true, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, true, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)
