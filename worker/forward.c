@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "worker/attn_split.h"
+#include "worker/chunks.h"
 #include "worker/plan.h"
 
 static double now_s(void)
@@ -63,30 +64,6 @@ static const void *prep_act(struct st_plan *p, struct act_cache *c, const struct
     return p->act;
 }
 
-// Rows of one claimed chunk of w's product over M activation rows.  Up to
-// 16 rows the product streams the weights and each chunk pays a fixed
-// cost (the streams ramping up, the prefetch stopping at its end), so a
-// chunk holds at least CHUNK_MIN_BYTES, up to CHUNKS_PER_RANK a rank.
-// Against 8 a rank always (Zen 5, 2 ranks, steps alternated one by one,
-// medians of 64-512 pairs): l3b + l1b rounds of K = 4 / 8 took 3% / 6%
-// less time with the Q4_0 draft, 6% / 7% with TQ2_0; l1b alone decoded
-// 1-7% (Q4_0) and 2-11% (TQ2_0) faster; l3b's Q8_0 decoding the same.
-// Prefill's products, bound by arithmetic, keep 8 a rank for balance.
-// The count stays a multiple of the ranks.
-#define CHUNK_MIN_BYTES ((int64_t)2 << 20)
-#define CHUNKS_PER_RANK 8
-static int64_t chunk_rows(const struct st_plan *p, const struct st_kern_weight *w, uint32_t M)
-{
-    int64_t per_rank = CHUNKS_PER_RANK;
-    if (M <= 16) {
-        int64_t fit = (int64_t)st_kern_run_size(w->type, w->rows, w->cols) / ((int64_t)p->n_ranks * CHUNK_MIN_BYTES);
-        per_rank = fit < 1 ? 1 : fit < per_rank ? fit : per_rank;
-    }
-    int64_t c = w->rows / ((int64_t)p->n_ranks * per_rank);
-    if (c < 16) c = 16;
-    return (c + 15) / 16 * 16; // whole pairs of q8_0x8 groups (kernels.h)
-}
-
 // Normalises M rows of x [M][d] into this rank's xn.
 static void norm_rows(struct st_plan *p, const float *x, uint32_t M, uint32_t d, const float *w, float eps)
 {
@@ -98,19 +75,14 @@ static void norm_rows(struct st_plan *p, const float *x, uint32_t M, uint32_t d,
 static void multi_matmul(struct st_plan *p, uint32_t counter, const struct st_kern_weight *const *ws,
                          float *const *ys, int n, const float *src, uint32_t M, struct act_cache *ac)
 {
-    int64_t chunk[3], start[4] = {0};
-    for (int i = 0; i < n; i++) {
-        chunk[i] = chunk_rows(p, ws[i], M);
-        start[i + 1] = start[i] + (ws[i]->rows + chunk[i] - 1) / chunk[i];
-    }
+    struct st_chunks c;
+    st_chunks_plan(&c, ws, n, 1, M, p->n_ranks);
     struct st_work_counter *wc = st_barrier_work(p->barrier, counter);
     uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)start[n], &b, &e)) {
-        int i = 0;
-        while ((int64_t)b >= start[i + 1]) i++;
-        int64_t r0 = ((int64_t)b - start[i]) * chunk[i], r1 = r0 + chunk[i];
-        if (r1 > ws[i]->rows) r1 = ws[i]->rows;
-        st_kern_matmul(ws[i], prep_act(p, ac, ws[i], src, M), (int)M, ys[i], r0, r1);
+    while (st_work_claim(wc, 1, c.count, &b, &e)) {
+        st_chunks_seek(&c, b);
+        const struct st_kern_weight *w = ws[c.w];
+        st_kern_matmul(w, prep_act(p, ac, w, src, M), (int)M, ys[c.w], c.r0, c.r1);
     }
 }
 
@@ -118,11 +90,13 @@ static void multi_matmul(struct st_plan *p, uint32_t counter, const struct st_ke
 static void matmul_residual(struct st_plan *p, const struct st_kern_weight *w, const float *src, uint32_t M,
                             float *x, struct act_cache *ac)
 {
-    int64_t chunk = chunk_rows(p, w, M), n = (w->rows + chunk - 1) / chunk;
+    struct st_chunks c;
+    st_chunks_plan(&c, &w, 1, 1, M, p->n_ranks);
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
     uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)n, &b, &e)) {
-        int64_t r0 = (int64_t)b * chunk, r1 = r0 + chunk < w->rows ? r0 + chunk : w->rows;
+    while (st_work_claim(wc, 1, c.count, &b, &e)) {
+        st_chunks_seek(&c, b);
+        int64_t r0 = c.r0, r1 = c.r1;
         st_kern_matmul(w, prep_act(p, ac, w, src, M), (int)M, p->tmp, r0, r1);
         for (uint32_t m = 0; m < M; m++)
             st_kern_add(x + (size_t)m * w->rows + r0, p->tmp + (size_t)m * w->rows + r0, r1 - r0);
@@ -133,11 +107,14 @@ static void matmul_residual(struct st_plan *p, const struct st_kern_weight *w, c
 static void ffn_gate_up(struct st_plan *p, const struct st_plan_layer *L, uint32_t M, struct act_cache *ac)
 {
     const struct st_kern_weight *gw = &L->gate, *uw = &L->up;
-    int64_t rows = gw->rows, chunk = chunk_rows(p, gw, M), n = (rows + chunk - 1) / chunk;
+    int64_t rows = gw->rows;
+    struct st_chunks c;
+    st_chunks_plan(&c, &gw, 1, 2, M, p->n_ranks);
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
     uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)n, &b, &e)) {
-        int64_t r0 = (int64_t)b * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    while (st_work_claim(wc, 1, c.count, &b, &e)) {
+        st_chunks_seek(&c, b);
+        int64_t r0 = c.r0, r1 = c.r1;
         st_kern_matmul(gw, prep_act(p, ac, gw, p->xn, M), (int)M, p->g, r0, r1);
         st_kern_matmul(uw, prep_act(p, ac, uw, p->xn, M), (int)M, p->u, r0, r1);
         for (uint32_t m = 0; m < M; m++)
@@ -235,11 +212,13 @@ static void output(struct st_plan *p, const struct st_plan_model *pm, uint32_t M
     int32_t idx[1024];
     for (uint32_t j = 0; j < n; j++) best[j] = -INFINITY, idx[j] = -1;
     const struct st_kern_weight *w = &pm->output;
-    int64_t chunk = chunk_rows(p, w, n), nc = (w->rows + chunk - 1) / chunk;
+    struct st_chunks c;
+    st_chunks_plan(&c, &w, 1, 1, n, p->n_ranks);
     struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
     uint64_t b, e;
-    while (st_work_claim(wc, 1, (uint64_t)nc, &b, &e)) {
-        int64_t r0 = (int64_t)b * chunk, r1 = r0 + chunk < w->rows ? r0 + chunk : w->rows;
+    while (st_work_claim(wc, 1, c.count, &b, &e)) {
+        st_chunks_seek(&c, b);
+        int64_t r0 = c.r0, r1 = c.r1;
         st_kern_matmul(w, prep_act(p, ac, w, p->xn, n), (int)n, p->logits, r0, r1);
         for (uint32_t j = 0; j < n; j++) {
             float v;
