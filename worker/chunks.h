@@ -7,14 +7,14 @@
 // its end), but the rank that takes the last chunk keeps the others waiting
 // at the barrier.  So the chunks shrink as the op runs (guided
 // self-scheduling): each is the rows still to do over twice the ranks, not
-// less than CHUNK_MIN_BYTES of weights, so the early chunks are large and
-// the last ones small.  Prefill's products, bound by arithmetic, take equal
-// chunks, 8 a rank.  Against equal chunks of at least 2 MiB (Zen 5, 2 ranks,
-// the two rules alternated step by step, medians of 140-1100 pairs): l3b
-// verifies of 5 and 9 rows took 0.94-0.96x the time, l1b draft steps
-// 0.95-0.99x, l3b decoding 0.97-0.98x.  A tail of 256 KiB or 1 MiB did the
-// same as 512 KiB; with 2 ranks, chunks of a half or an eighth of the rest
-// did worse than a quarter.
+// less than 512 KiB of weights (CHUNK_MIN_BYTES, chunks.c), so the early
+// chunks are large and the last ones small.  Prefill's products, bound by
+// arithmetic, take equal chunks, 8 a rank.  Against equal chunks of at
+// least 2 MiB (Zen 5, 2 ranks, the two rules alternated step by step,
+// medians of 140-1100 pairs): l3b verifies of 5 and 9 rows took
+// 0.94-0.96x the time, l1b draft steps 0.95-0.99x, l3b decoding
+// 0.97-0.98x.  A tail of 256 KiB or 1 MiB did the same as 512 KiB; with 2
+// ranks, chunks of a half or an eighth of the rest did worse than a quarter.
 #ifndef ST_WORKER_CHUNKS_H
 #define ST_WORKER_CHUNKS_H
 
