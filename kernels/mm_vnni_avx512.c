@@ -5,6 +5,7 @@
 // steps are those of the AVX2 versions, so results are bit-identical to
 // them.  Selected only on CPUs with AVX-512 F/BW/VL/DQ and VNNI.
 #if defined(__x86_64__)
+#define ST_X8_Q4_ONE_ROW_L1
 #include "kernels/simd_x86.h"
 #include "kernels/x8_prefetch.h"
 

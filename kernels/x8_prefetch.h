@@ -41,11 +41,26 @@ struct x8_prefetch_plan {
 //   streaming already; the same block of the next groups (side_bytes ahead)
 //   took l1b's FFN down 3.6-3.8 -> 3.1-3.3 ms a token, the whole draft
 //   token 3% less (bench profile, 6 alternations).
+// - Q4_0, one row, AVX-512 (Zen 5): the same block of the next groups into
+//   L1, as for several rows, instead of into L2: l1b decoding alone
+//   0.88-0.96x the step time (steps alternated one by one within a
+//   generation, medians of 400-600 pairs, 9 generations), its draft steps
+//   beside l3b 0.90x.  The same distance into L2: 0.98x; 128 / 192 KiB into
+//   L2: 1.03 / 1.07x; no software prefetch 1.22x; 2 groups side by side
+//   1.16x; asking for the scales too: the same.  A 512-bit loop, two groups
+//   to a vector, made no difference (1.01-1.03x).  A file sets
+//   ST_X8_Q4_ONE_ROW_L1 before including this header to take the rule; the
+//   AVX2 level (Zen 3's measurement above) does not.
 ST_INLINE struct x8_prefetch_plan x8_prefetch_plan(const uint32_t type, const int MT, size_t side_bytes)
 {
+#ifdef ST_X8_Q4_ONE_ROW_L1
+    const bool q4_l1 = true;
+#else
+    const bool q4_l1 = false;
+#endif
     if (type == ST_KERN_RUN_TERNARY_CODE) return (struct x8_prefetch_plan){32768, MT == 1};
     if (type == ST_KERN_RUN_TERNARY_MASK) return (struct x8_prefetch_plan){32768, false};
-    if (MT > 1 || type == ST_KERN_RUN_Q8_0X8)
+    if (MT > 1 || type == ST_KERN_RUN_Q8_0X8 || (q4_l1 && type == ST_KERN_RUN_Q4_0X8))
         return (struct x8_prefetch_plan){side_bytes > 32768 ? side_bytes : 32768, false};
     if (type == ST_KERN_RUN_Q4_0X8) return (struct x8_prefetch_plan){side_bytes > 65536 ? side_bytes : 65536, true};
     return (struct x8_prefetch_plan){0, false};
