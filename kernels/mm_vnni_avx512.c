@@ -257,7 +257,11 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
         // vectors go to a second sum per row, added at the block's end
         // (integer sums are exact: the same result).  Zen 5, one thread,
         // 512x3072 and 512x8192 in L3, 3 alternations: 1-2 rows 1-5% faster.
-        const bool two = P * MT < 4;
+        // One pair of 4-5 rows too: l3b's verify steps (steps alternated one
+        // by one within a generation, l1b Q4_0 drafting) took 0.95x the
+        // time at 4 rows (2 generations), 0.97-0.98x at 5 (4); 6 and 8 rows
+        // 1.00x and 0.99x, so they keep one sum (and 8 would spill).
+        const bool two = P * MT < 4 || (P == 1 && MT <= 5);
         __m512i is[4][ST_KERN_MT_X8], iz[4][ST_KERN_MT_X8];
 #pragma GCC unroll 4
         for (int i = 0; i < P; i++) {
