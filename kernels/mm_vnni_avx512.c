@@ -369,8 +369,10 @@ ST_INLINE void q8_pair_rows16(const struct st_kern_weight *w, const uint8_t *x, 
 // 8192x3072 and 3072x8192 88-93% of the read probe against 80-84% for one
 // pair with it (bench kernels, 3 alternations); l3b's decoding 22.0-22.4
 // against 20.2-20.5 tokens/s while the host read fast, 14.8-14.9 against
-// 14.4-14.7 while slow (4 and 4 alternations).  2-8 rows need it: without,
-// 4 pairs side by side ran at 0.5-0.95x the speed of one pair with it.
+// 14.4-14.7 while slow (4 and 4 alternations).  Over one matrix (bench
+// kernels, which fits much of it in the 32 MiB L3) 2-8 rows needed it; in
+// l3b's verify steps, 28 layers' weights streamed in turn, 2-4 rows do not
+// (mm_q8_0x8's figures).
 ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
                         const int side, const bool pf, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0,
                         int64_t r1)
@@ -448,11 +450,13 @@ static void q8_0x8_rows16_mm(const struct st_kern_weight *w, const void *x, size
     }
 }
 
-// Q8_0: whole pairs on 512-bit vectors, `side` at a time (one row: 4 on
-// every host, asking ahead in software if `pf1`); a group without its pair
-// at either end of the rows on the 256-bit loop.
+// Q8_0: whole pairs on 512-bit vectors; a group without its pair at either
+// end of the rows on the 256-bit loop.  Up to `stream_rows` rows go 4 pairs
+// side by side without software prefetch (the hardware's streams keep up
+// while the core computes little per byte), more rows `side` at a time
+// asking ahead in software.
 ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
-                               const bool pf1, float *y, size_t ys, int64_t r0, int64_t r1)
+                               const int stream_rows, float *y, size_t ys, int64_t r0, int64_t r1)
 {
     if (mt > ST_KERN_MT_X8) {
         q8_0x8_rows16_mm(w, x, xs, mt, y, ys, r0, r1);
@@ -463,28 +467,32 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     if (lead_end > r0) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, r0, lead_end);
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
+    const bool stream = mt <= stream_rows;
+    const int sd = stream ? 4 : side;
     switch (mt) {
-    case 1: q8_pairs(w, xb, xs, 1, 4, pf1, y, ys, g, g1, r0, r1); break;
-    case 2: q8_pairs(w, xb, xs, 2, side, true, y, ys, g, g1, r0, r1); break;
-    case 3: q8_pairs(w, xb, xs, 3, side, true, y, ys, g, g1, r0, r1); break;
-    case 4: q8_pairs(w, xb, xs, 4, side, true, y, ys, g, g1, r0, r1); break;
-    case 5: q8_pairs(w, xb, xs, 5, side, true, y, ys, g, g1, r0, r1); break;
-    case 6: q8_pairs(w, xb, xs, 6, side, true, y, ys, g, g1, r0, r1); break;
-    case 7: q8_pairs(w, xb, xs, 7, side, true, y, ys, g, g1, r0, r1); break;
-    default: q8_pairs(w, xb, xs, 8, side, true, y, ys, g, g1, r0, r1); break;
+#define CASE(n) \
+    case n: q8_pairs(w, xb, xs, n, sd, !stream, y, ys, g, g1, r0, r1); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+#undef CASE
+    default: q8_pairs(w, xb, xs, 8, sd, !stream, y, ys, g, g1, r0, r1); break;
     }
 }
 
+// Zen 5: 1-4 rows stream, 5-8 one pair at a time.  l3b's verify steps with
+// l1b Q4_0 drafting (whole generations alternated, --k fixed) against one
+// pair with the software prefetch for 2-8 rows: 2 rows (K = 1) 0.87-0.90x
+// the verify time (3 alternations), 3 rows 0.83-0.89x (2), 4 rows
+// 0.91-0.93x (2); 5 rows 1.09-1.12x (2), so they keep it.
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 1, false, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, y, ys, r0, r1);
 }
 
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
                                     size_t ys, int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 4, true, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, 0, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)
