@@ -478,11 +478,12 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     }
 }
 
-// Zen 5: 1-4 rows stream, 5-8 one pair at a time.  l3b's verify steps with
-// l1b Q4_0 drafting (whole generations alternated, --k fixed) against one
-// pair with the software prefetch for 2-8 rows: 2 rows (K = 1) 0.87-0.90x
-// the verify time (3 alternations), 3 rows 0.83-0.89x (2), 4 rows
-// 0.91-0.93x (2); 5 rows 1.09-1.12x (2), so they keep it.
+// The AVX-512 level: 1-4 rows stream, 5-8 one pair at a time.  On Zen 5,
+// l3b's verify steps with l1b Q4_0 drafting (whole generations alternated,
+// --k fixed) against one pair with the software prefetch for 2-8 rows:
+// 2 rows (K = 1) 0.87-0.90x the verify time (3 alternations), 3 rows
+// 0.83-0.89x (2), 4 rows 0.91-0.93x (2); 5 rows 1.09-1.12x (2), so they
+// keep it.
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
