@@ -370,9 +370,9 @@ ST_INLINE void q8_pair_rows16(const struct st_kern_weight *w, const uint8_t *x, 
 // pair with it (bench kernels, 3 alternations); l3b's decoding 22.0-22.4
 // against 20.2-20.5 tokens/s while the host read fast, 14.8-14.9 against
 // 14.4-14.7 while slow (4 and 4 alternations).  Over one matrix (bench
-// kernels, which fits much of it in the 32 MiB L3) 2-8 rows needed it; in
-// l3b's verify steps, 28 layers' weights streamed in turn, 2-4 rows do not
-// (mm_q8_0x8's figures).
+// kernels, whose 26 MiB the 32 MiB L3 may partly hold) 2-8 rows needed it;
+// in l3b's verify steps, 28 layers' weights streamed in turn, 2-4 rows do
+// not (mm_q8_0x8's figures).
 ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
                         const int side, const bool pf, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0,
                         int64_t r1)
