@@ -56,6 +56,7 @@ int st_bench_profile(int argc, char **argv)
         }
     }
     if (c.quick && c.n_tokens == 128) c.n_tokens = 64;
+    if (k > c.o.k_max) c.o.k_max = k;
     struct st_bench_rig rig;
     if (st_bench_rig_open(&rig, &c.o)) return 1;
     struct st_gen_params gp = {.max_tokens = c.n_tokens, .speculate = spec, .k = k, .profile = true, .stop_at_eos = false};

@@ -97,6 +97,7 @@ int st_cmd_generate(int argc, char **argv)
         usage();
         return 2;
     }
+    if (st_runtime_fit_k_max(&ec, &gp)) return 2;
     struct st_error e = {{0}};
     char dir[512] = "", exe[1024];
     int32_t *prompt = NULL, *out = NULL;

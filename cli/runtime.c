@@ -95,3 +95,15 @@ int st_runtime_gen_opt(int argc, char **argv, int *i, struct st_gen_params *gp)
     }
     return 0;
 }
+
+int st_runtime_fit_k_max(struct st_engine_config *ec, const struct st_gen_params *gp)
+{
+    uint32_t k_max = ec->k_max ? ec->k_max : ST_ENGINE_K_DEFAULT;
+    if (gp->k <= k_max) return 0;
+    if (ec->k_max) {
+        fprintf(stderr, "subternary: --k %u is over --k-max %u\n", gp->k, ec->k_max);
+        return -1;
+    }
+    ec->k_max = gp->k; // a private engine: its longest draft is the one asked for
+    return 0;
+}

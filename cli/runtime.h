@@ -20,6 +20,10 @@ void st_runtime_signals(void);
 // stderr).
 int st_runtime_engine_opt(int argc, char **argv, int *i, struct st_engine_config *ec);
 int st_runtime_gen_opt(int argc, char **argv, int *i, struct st_gen_params *gp);
+
+// Makes the engine's longest draft hold --k: raised for a private engine with
+// no --k-max; an error (printed) when --k is over a given --k-max.
+int st_runtime_fit_k_max(struct st_engine_config *ec, const struct st_gen_params *gp);
 void st_runtime_gen_defaults(struct st_gen_params *gp);
 
 #endif

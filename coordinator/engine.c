@@ -124,7 +124,7 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
     eng->cfg = *cfg;
     eng->zctx = zctx;
     if (!eng->cfg.n_slots) eng->cfg.n_slots = 1;
-    eng->k_max = cfg->k_max ? cfg->k_max : 8;
+    eng->k_max = cfg->k_max ? cfg->k_max : ST_ENGINE_K_DEFAULT;
     eng->m_max = cfg->prefill_chunk ? cfg->prefill_chunk : 64;
     if (eng->m_max < eng->k_max + 1) eng->m_max = eng->k_max + 1;
     struct st_load_plan *plan = NULL;

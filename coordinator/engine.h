@@ -19,6 +19,7 @@
 #include "shm/topology.h"
 
 #define ST_ENGINE_K_LIMIT ST_ACCEPT_MAX_K // largest --k-max: the per-depth acceptance counts hold 1..32
+#define ST_ENGINE_K_DEFAULT 8           // the longest draft when none is configured
 
 #define ST_ENGINE_MAX_NODES 16
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -35,10 +36,32 @@ static void test_replay_follows_engine(void **state)
     check_pair("pico-target.q8_0.gguf", "pico-draft.q4_0.gguf", "8");
     check_pair("pico-target.f16.gguf", "pico-draft.tq2_0.gguf", "4");
     check_pair("pico-target.q4_k.gguf", "pico-draft.f16.gguf", "3");
+    // Over the engine's default longest draft of 8: generate must run K 12, not 8.
+    check_pair("pico-target.q8_0.gguf", "pico-draft.tq2_0.gguf", "12");
+}
+
+// A --k over an explicit --k-max is an error that names both.
+static void test_k_over_k_max(void **state)
+{
+    (void)state;
+    char exe[1024], cmd[4096], out[512] = "";
+    assert_non_null(st_test_exe(exe, sizeof exe));
+    const char *shared = getenv("ST_SHARED");
+    if (!shared || !*shared) shared = "../shared";
+    snprintf(cmd, sizeof cmd, "%s generate -m %s/models/pico-target.q8_0.gguf -d %s/models/pico-draft.q4_0.gguf "
+             "--tokens 1,2,3 -n 4 --k 10 --k-max 6 2>&1", exe, shared, shared);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int status = pclose(f);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 2);
+    assert_non_null(strstr(out, "--k 10 is over --k-max 6"));
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_replay_follows_engine)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_replay_follows_engine), cmocka_unit_test(test_k_over_k_max)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
