@@ -40,7 +40,7 @@ struct st_bench_opts {
     uint32_t n_ctx;
     const char *cpus;
     uint32_t n_nodes, workers;
-    uint32_t k_max;            // the engine's longest draft: at least this, and 8
+    uint32_t k_max;            // the engine's longest draft: at least this, and ST_ENGINE_K_DEFAULT
 };
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "tests/support/engine_support.h"
+#include "tests/support/test_support.h"
 
 static void check_pair(const char *target, const char *draft, const char *k)
 {
@@ -44,12 +45,12 @@ static void test_replay_follows_engine(void **state)
 static void test_k_over_k_max(void **state)
 {
     (void)state;
-    char exe[1024], cmd[4096], out[512] = "";
+    char exe[1024], target[1024], draft[1024], cmd[4096], out[512] = "";
     assert_non_null(st_test_exe(exe, sizeof exe));
-    const char *shared = getenv("ST_SHARED");
-    if (!shared || !*shared) shared = "../shared";
-    snprintf(cmd, sizeof cmd, "%s generate -m %s/models/pico-target.q8_0.gguf -d %s/models/pico-draft.q4_0.gguf "
-             "--tokens 1,2,3 -n 4 --k 10 --k-max 6 2>&1", exe, shared, shared);
+    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
+    st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -d %s --tokens 1,2,3 -n 4 --k 10 --k-max 6 2>&1", exe, target,
+             draft);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t n = fread(out, 1, sizeof out - 1, f);
