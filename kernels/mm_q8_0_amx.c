@@ -80,8 +80,9 @@ ST_INLINE void run_pairs_side(const struct st_kern_weight *w, const uint8_t *x, 
     for (int i = 0; i < P; i++)
 #pragma GCC unroll 16
         for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
-    // As the VNNI kernel's several-row loop asks (x8_prefetch.h).
-    const struct x8_prefetch_plan pf = x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride);
+    // Each stream's block a few blocks ahead, as the VNNI kernel's pairs on
+    // this host ask (x8_prefetch.h).
+    const struct x8_prefetch_plan pf = x8_prefetch_plan_near(512);
     const uint8_t *end = st_kern_x8_end(w, r1);
     for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4

@@ -227,6 +227,11 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
     if (G % 2) code_block(q[G - 1] + (size_t)b * 512, gd[G - 1], b, x, xs, MT, acc[G - 1]);
 }
 
+// How a Q8_0 pairs loop asks for its weights ahead in software: not at all,
+// the next groups' block (x8_prefetch_plan), or its own streams' block a
+// few blocks ahead (x8_prefetch_plan_near).
+enum q8_ask { Q8_ASK_NONE, Q8_ASK_NEXT_GROUPS, Q8_ASK_NEAR };
+
 // P pairs of Q8_0 groups from group g (even) side by side on 512-bit
 // vectors: a pair's vector k is one 64-byte line, 16 rows' 4 bytes.  Each
 // 32-bit lane sums the same bytes in the same order as q8_0x8_block's and
@@ -235,9 +240,10 @@ ST_INLINE void code_block_groups(const uint8_t *const *q, const uint16_t *const 
 // reading 1 / 2 / 4 streams: 9.9 / 11.3 / 13.6 GB/s): the 256-bit loop,
 // 4 groups side by side, is 2 streams on this layout and took 1.22x the
 // time of the layout before pairs at one row (65536x3072, 2 threads).
-// `pf`: ask for the weights ahead in software (x8_prefetch_plan's distance).
+// `ask`: how the weights are asked for ahead in software.
 ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
-                            const int P, const bool pf, float *y, size_t ys, int64_t g, int64_t r0, int64_t r1)
+                            const int P, const enum q8_ask ask, float *y, size_t ys, int64_t g, int64_t r0,
+                            int64_t r1)
 {
     const int64_t nb = w->cols / 32;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
@@ -250,7 +256,9 @@ ST_INLINE void q8_pairs_run(const struct st_kern_weight *w, const uint8_t *x, si
 #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) acc[i][m] = _mm512_setzero_ps();
     const struct x8_prefetch_plan plan =
-        pf ? x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride) : (struct x8_prefetch_plan){0, false};
+        ask == Q8_ASK_NEAR          ? x8_prefetch_plan_near(512)
+        : ask == Q8_ASK_NEXT_GROUPS ? x8_prefetch_plan(ST_KERN_RUN_Q8_0X8, MT, (size_t)P * 2 * w->stride)
+                                    : (struct x8_prefetch_plan){0, false};
     const uint8_t *end = st_kern_x8_end(w, r1);
     for (int64_t b = 0; b < nb; b++) {
         // Below 4 sums the vpdpbusd chains wait on its latency: the odd
@@ -374,15 +382,15 @@ ST_INLINE void q8_pair_rows16(const struct st_kern_weight *w, const uint8_t *x, 
 // in l3b's verify steps, 28 layers' weights streamed in turn, 2-4 rows do
 // not (mm_q8_0x8's figures).
 ST_INLINE void q8_pairs(const struct st_kern_weight *w, const uint8_t *x, size_t xs, const int MT,
-                        const int side, const bool pf, float *y, size_t ys, int64_t g, int64_t g1, int64_t r0,
-                        int64_t r1)
+                        const int side, const enum q8_ask ask, float *y, size_t ys, int64_t g, int64_t g1,
+                        int64_t r0, int64_t r1)
 {
     if (side == 4) {
         if (MT <= 6)
-            for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, pf, y, ys, g, r0, r1);
-        for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, pf, y, ys, g, r0, r1);
+            for (; g + 8 <= g1; g += 8) q8_pairs_run(w, x, xs, MT, 4, ask, y, ys, g, r0, r1);
+        for (; g + 4 <= g1; g += 4) q8_pairs_run(w, x, xs, MT, 2, ask, y, ys, g, r0, r1);
     }
-    for (; g + 2 <= g1; g += 2) q8_pairs_run(w, x, xs, MT, 1, pf, y, ys, g, r0, r1);
+    for (; g + 2 <= g1; g += 2) q8_pairs_run(w, x, xs, MT, 1, ask, y, ys, g, r0, r1);
 }
 #define ST_Q8_PAIRS
 
@@ -454,9 +462,11 @@ static void q8_0x8_rows16_mm(const struct st_kern_weight *w, const void *x, size
 // end of the rows on the 256-bit loop.  Up to `stream_rows` rows go 4 pairs
 // side by side without software prefetch (the hardware's streams keep up
 // while the core computes little per byte), more rows `side` at a time
-// asking ahead in software.
+// asking ahead in software: a few blocks ahead in their own streams where
+// `near`, else the next groups' block.
 ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
-                               const int stream_rows, float *y, size_t ys, int64_t r0, int64_t r1)
+                               const int stream_rows, const bool near, float *y, size_t ys, int64_t r0,
+                               int64_t r1)
 {
     if (mt > ST_KERN_MT_X8) {
         q8_0x8_rows16_mm(w, x, xs, mt, y, ys, r0, r1);
@@ -468,13 +478,14 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     const bool stream = mt <= stream_rows;
+    const enum q8_ask ask = stream ? Q8_ASK_NONE : near ? Q8_ASK_NEAR : Q8_ASK_NEXT_GROUPS;
     const int sd = stream ? 4 : side;
     switch (mt) {
 #define CASE(n) \
-    case n: q8_pairs(w, xb, xs, n, sd, !stream, y, ys, g, g1, r0, r1); break;
+    case n: q8_pairs(w, xb, xs, n, sd, ask, y, ys, g, g1, r0, r1); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-    default: q8_pairs(w, xb, xs, 8, sd, !stream, y, ys, g, g1, r0, r1); break;
+    default: q8_pairs(w, xb, xs, 8, sd, ask, y, ys, g, g1, r0, r1); break;
     }
 }
 
@@ -487,13 +498,13 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, false, y, ys, r0, r1);
 }
 
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
                                     size_t ys, int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 4, 0, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, 0, true, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)

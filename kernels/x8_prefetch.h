@@ -66,6 +66,26 @@ ST_INLINE struct x8_prefetch_plan x8_prefetch_plan(const uint32_t type, const in
     return (struct x8_prefetch_plan){0, false};
 }
 
+// The AMX host's Q8_0 pairs (the VNNI kernel's 4 pairs side by side at 1-6
+// rows, the AMX tiles at 7-16): the block 3 blocks ahead in the same
+// stream, into L1.  The next groups' block (the plan above) lands in L1 a
+// whole row of pairs early and is evicted to L2 before its turn, so the
+// tile loads and the several-row loops waited on L2; the hardware's
+// streams reach far enough ahead by themselves.  bench kernels, 2
+// threads, 3 alternations (ms, old -> new): 8192x3072 / 3072x8192 one row
+// 1.01-1.02 / 1.10-1.17 -> 0.92-1.03 / 0.93-0.99, 2-6 rows 1.01-1.13 /
+// 1.10-1.25 -> 0.86-1.03 / 0.93-1.05, 7-9 rows 1.12-1.23 / 1.29-1.42 ->
+// 1.07-1.17 / 1.05-1.19.  2-5 blocks ahead measured about the same as 3,
+// 8 or more slower; the next groups' block asked for beside the near one
+// sat between the two.  l3b decoding alone 8.35-8.42 -> 9.35-9.48 tokens/s (2
+// alternations).  The draft formats (Q4_0, ternary code) were slower with
+// it at 8192x2048 (0.18 -> 0.22 ms one row) and keep the plan above.
+#define X8_Q8_NEAR_BLOCKS 3
+ST_INLINE struct x8_prefetch_plan x8_prefetch_plan_near(size_t block_bytes)
+{
+    return (struct x8_prefetch_plan){X8_Q8_NEAR_BLOCKS * block_bytes, false};
+}
+
 // Asks for the qb bytes of a block `pf.ahead` bytes past blk, if that is
 // still before `end` (the end of the caller's rows: rows past it are
 // another rank's chunk more often than not).
