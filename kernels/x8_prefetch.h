@@ -17,7 +17,8 @@ struct x8_prefetch_plan {
 //   next groups (side_bytes ahead) into L1, as for several rows, took one
 //   row of 8192x3072 and 3072x8192 from 1.04-1.21 to 0.83-1.07 ms (3
 //   alternations, 2 threads), 80% -> 100% of the read probe, and l3b's
-//   decoding from 6.0-6.7 to 7.1-8.7 tokens/s.  Kept: the hosts are Intel.
+//   decoding from 6.0-6.7 to 7.1-8.7 tokens/s.  Kept where the AVX2 level
+//   runs; that host's AMX level now asks nearer (x8_prefetch_plan_near).
 //   Zen 5's 1-4-row pairs ask for none (mm_vnni_avx512.c's mm_q8_0x8).
 // - Q4_0, one row: 64 KiB into L2, 8192x2048 12-17% faster (32 KiB: 12%,
 //   128 KiB and 16 KiB worse); neutral at 2048x8192.
