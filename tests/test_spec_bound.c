@@ -19,13 +19,15 @@
 
 static void check_pair(const char *target, const char *draft, const char *k)
 {
-    char exe[1024], cmd[4096];
+    char exe[1024], rel[256], t[1024], d[1024], cmd[4096];
     assert_non_null(st_test_exe(exe, sizeof exe));
-    const char *shared = getenv("ST_SHARED");
-    if (!shared || !*shared) shared = "../shared";
+    snprintf(rel, sizeof rel, "models/%s", target);
+    st_test_shared(rel, t, sizeof t);
+    snprintf(rel, sizeof rel, "models/%s", draft);
+    st_test_shared(rel, d, sizeof d);
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 scripts/spec_bound.py --exe %s -m %s/models/%s -d %s/models/%s -n 48 --k-max %s --check --engine-agreement",
-             exe, shared, target, shared, draft, k);
+             "/usr/bin/python3 scripts/spec_bound.py --exe %s -m %s -d %s -n 48 --k-max %s --check --engine-agreement",
+             exe, t, d, k);
     int status = system(cmd);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
@@ -45,24 +47,17 @@ static void test_replay_follows_engine(void **state)
 static void test_k_over_k_max(void **state)
 {
     (void)state;
-    char exe[1024], target[1024], draft[1024], cmd[4096], out[512] = "";
-    assert_non_null(st_test_exe(exe, sizeof exe));
+    char target[1024], draft[1024], out[512];
     st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
     st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
-    snprintf(cmd, sizeof cmd, "%s generate -m %s -d %s --tokens 1,2,3 -n 4 --k 10 --k-max 6 2>&1", exe, target,
-             draft);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    int status = pclose(f);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 2);
+    const char *args[] = {"generate", "-m", target, "-d", draft, "--tokens", "1,2,3", "-n", "4",
+                          "--k", "10", "--k-max", "6", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, args), 2);
     assert_non_null(strstr(out, "--k 10 is over --k-max 6"));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_replay_follows_engine), cmocka_unit_test(test_k_over_k_max)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }
