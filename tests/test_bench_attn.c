@@ -87,5 +87,5 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_threads),
                                        cmocka_unit_test(test_bad_shapes)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }

@@ -58,5 +58,5 @@ int main(void)
         cmocka_unit_test(test_model_load),
         cmocka_unit_test(test_bad_option),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }
