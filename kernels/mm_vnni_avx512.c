@@ -462,10 +462,9 @@ static void q8_0x8_rows16_mm(const struct st_kern_weight *w, const void *x, size
 // end of the rows on the 256-bit loop.  Up to `stream_rows` rows go 4 pairs
 // side by side without software prefetch (the hardware's streams keep up
 // while the core computes little per byte), more rows `side` at a time
-// asking ahead in software: a few blocks ahead in their own streams where
-// `near`, else the next groups' block.
+// asking ahead in software as `ask` says.
 ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, size_t xs, int mt, const int side,
-                               const int stream_rows, const bool near, float *y, size_t ys, int64_t r0,
+                               const int stream_rows, const enum q8_ask ask, float *y, size_t ys, int64_t r0,
                                int64_t r1)
 {
     if (mt > ST_KERN_MT_X8) {
@@ -478,14 +477,13 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
     if (tail_begin < r1) x8_mm(ST_KERN_RUN_Q8_0X8, w, x, xs, mt, y, ys, tail_begin, r1);
     const uint8_t *xb = (const uint8_t *)x;
     const bool stream = mt <= stream_rows;
-    const enum q8_ask ask = stream ? Q8_ASK_NONE : near ? Q8_ASK_NEAR : Q8_ASK_NEXT_GROUPS;
     const int sd = stream ? 4 : side;
     switch (mt) {
 #define CASE(n) \
-    case n: q8_pairs(w, xb, xs, n, sd, ask, y, ys, g, g1, r0, r1); break;
+    case n: q8_pairs(w, xb, xs, n, sd, stream ? Q8_ASK_NONE : ask, y, ys, g, g1, r0, r1); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-    default: q8_pairs(w, xb, xs, 8, sd, ask, y, ys, g, g1, r0, r1); break;
+    default: q8_pairs(w, xb, xs, 8, sd, stream ? Q8_ASK_NONE : ask, y, ys, g, g1, r0, r1); break;
     }
 }
 
@@ -498,13 +496,13 @@ ST_INLINE void q8_0x8_pairs_mm(const struct st_kern_weight *w, const void *x, si
 static void mm_q8_0x8(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                       int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, false, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 1, 4, Q8_ASK_NEXT_GROUPS, y, ys, r0, r1);
 }
 
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,
                                     size_t ys, int64_t r0, int64_t r1)
 {
-    q8_0x8_pairs_mm(w, x, xs, mt, 4, 0, true, y, ys, r0, r1);
+    q8_0x8_pairs_mm(w, x, xs, mt, 4, 0, Q8_ASK_NEAR, y, ys, r0, r1);
 }
 #else
 ST_X8_MM(mm_q8_0x8, ST_KERN_RUN_Q8_0X8)

@@ -78,9 +78,10 @@ ST_INLINE struct x8_prefetch_plan x8_prefetch_plan(const uint32_t type, const in
 // 1.10-1.25 -> 0.86-1.03 / 0.93-1.05, 7-9 rows 1.12-1.23 / 1.29-1.42 ->
 // 1.07-1.17 / 1.05-1.19.  2-5 blocks ahead measured about the same as 3,
 // 8 or more slower; the next groups' block asked for beside the near one
-// sat between the two.  l3b decoding alone 8.35-8.42 -> 9.35-9.48 tokens/s (2
-// alternations).  The draft formats (Q4_0, ternary code) were slower with
-// it at 8192x2048 (0.18 -> 0.22 ms one row) and keep the plan above.
+// sat between the two.  l3b decoding alone 8.35-8.42 -> 9.35-9.48
+// tokens/s (2 alternations).  The draft formats (Q4_0, ternary code) were
+// slower with it at 8192x2048 (0.18 -> 0.22 ms one row) and keep the plan
+// above.
 #define X8_Q8_NEAR_BLOCKS 3
 ST_INLINE struct x8_prefetch_plan x8_prefetch_plan_near(size_t block_bytes)
 {
