@@ -13,38 +13,19 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels/simd_x86.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/x8_prefetch.h"
 
 #define Q8 const struct st_kern_q8_32
 #define AMX_ROWS 16 // activation rows per call: the tile height
 
-struct tile_config {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
-// Tiles (the intrinsics want literal numbers): 0 the activations' block,
-// 1-3 the pairs' weights, 4-7 their block sums.
+// Tiles: 0 the activations' block, 1-3 the pairs' weights, 4-7 their
+// block sums.
 static void load_config(int mt)
 {
-    alignas(64) struct tile_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    c.rows[0] = (uint8_t)mt;
-    c.colsb[0] = 32;
-    for (int t = 1; t <= 3; t++) {
-        c.rows[t] = 8;
-        c.colsb[t] = 64;
-    }
-    for (int t = 4; t <= 7; t++) {
-        c.rows[t] = (uint8_t)mt;
-        c.colsb[t] = 64;
-    }
-    _tile_loadconfig(&c);
+    const uint8_t m = (uint8_t)mt;
+    st_amx_tiles_config((const uint8_t[8]){m, 8, 8, 8, m, m, m, m},
+                        (const uint16_t[8]){32, 64, 64, 64, 64, 64, 64, 64}, 8);
 }
 
 // Block b of pair i: its 16 sums per row into sums, then the float step.
@@ -199,5 +180,6 @@ void st_kern_ops_fill_amx(struct st_kern_ops *ops)
     ops->mm[ST_KERN_RUN_Q8_0X8] = mm_q8_0x8_amx;
     ops->mm_rows[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
     ops->mm_tile[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
+    st_kern_ops_fill_amx_code(ops);
 }
 #endif

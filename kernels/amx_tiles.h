@@ -1,0 +1,33 @@
+// Private to kernels/: the AMX tile configuration the AMX kernels load.
+#ifndef ST_KERNELS_AMX_TILES_H
+#define ST_KERNELS_AMX_TILES_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/simd_x86.h"
+
+struct st_amx_tile_config {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+// Configures tiles 0..n-1 (palette 1): tile t holds rows[t] rows of
+// colsb[t] bytes.  The intrinsics want literal tile numbers, so each
+// kernel names its tiles' roles in a comment of its own.
+ST_INLINE void st_amx_tiles_config(const uint8_t *rows, const uint16_t *colsb, int n)
+{
+    _Alignas(64) struct st_amx_tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < n; t++) {
+        c.rows[t] = rows[t];
+        c.colsb[t] = colsb[t];
+    }
+    _tile_loadconfig(&c);
+}
+
+#endif
