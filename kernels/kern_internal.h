@@ -127,8 +127,9 @@ void st_kern_ops_fill_scalar(struct st_kern_ops *ops);
 void st_kern_ops_fill_avx2(struct st_kern_ops *ops);
 void st_kern_ops_fill_avx512(struct st_kern_ops *ops);
 void st_kern_ops_fill_amx(struct st_kern_ops *ops);
-// The AMX ternary code product (mm_code_amx.c), into a copy of the avx512 table.
-void st_kern_ops_fill_amx_code(struct st_kern_ops *ops);
+// The AMX ternary code and Q4_0 products (mm_unpack_amx.c), into a copy of
+// the avx512 table.
+void st_kern_ops_fill_amx_unpack(struct st_kern_ops *ops);
 // The avx512 level's Q8_0 product with 4 pairs of groups side by side (its
 // table's streams one pair): what the AMX level runs below 7 rows.
 void st_kern_mm_q8_0x8_side4_avx512(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y,

@@ -180,6 +180,6 @@ void st_kern_ops_fill_amx(struct st_kern_ops *ops)
     ops->mm[ST_KERN_RUN_Q8_0X8] = mm_q8_0x8_amx;
     ops->mm_rows[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
     ops->mm_tile[ST_KERN_RUN_Q8_0X8] = AMX_ROWS;
-    st_kern_ops_fill_amx_code(ops);
+    st_kern_ops_fill_amx_unpack(ops);
 }
 #endif
