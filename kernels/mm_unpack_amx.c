@@ -65,8 +65,9 @@ ST_INLINE void unpack_block(const uint32_t type, const uint8_t *q0, const uint8_
     }
 }
 
-// The offset times row m's activation sum over block b, in every lane.
-ST_INLINE __m512i offset_sum(const uint32_t type, const uint8_t *x, size_t xs, int m, int64_t b, float *dx)
+// The weights' offset times row m's activation sum over block b, in every
+// lane; the row's scale for the block into *dx.
+ST_INLINE __m512i block_offset(const uint32_t type, const uint8_t *x, size_t xs, int m, int64_t b, float *dx)
 {
     if (IS_CODE(type)) {
         Q8K *xb = (Q8K *)(x + m * xs) + b;
@@ -129,7 +130,7 @@ ST_INLINE void run_pairs(const uint32_t type, const struct st_kern_weight *w, co
 #pragma GCC unroll 16
         for (int m = 0; m < MT; m++) {
             float dx;
-            __m512i off = offset_sum(type, x, xs, m, b, &dx);
+            __m512i off = block_offset(type, x, xs, m, b, &dx);
 #pragma GCC unroll 2
             for (int i = 0; i < P; i++) {
                 __m512i s = _mm512_sub_epi32(_mm512_load_si512(sums[i][m]), off);

@@ -472,11 +472,12 @@ static void test_prefill_tiling(void **state)
 {
     (void)state;
     static const struct fmt fs[] = {{ST_TYPE_Q8_0, ST_KERN_RUN_Q8_0X8},
+                                    {ST_TYPE_Q4_0, ST_KERN_RUN_Q4_0X8},
                                     {ST_TYPE_TQ2_0, ST_KERN_RUN_TERNARY_CODE},
                                     {ST_TYPE_F16, ST_TYPE_F16},
                                     {ST_TYPE_Q4_K, ST_TYPE_Q4_K}};
     const struct st_kern_ops *ops = st_kern_ops_active();
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < (int)(sizeof fs / sizeof fs[0]); f++) {
         int64_t rows = 1100, cols = 1024;
         int M = 40;
         struct wt t;
