@@ -1,4 +1,5 @@
-// Private to kernels/: the AMX tile configuration the AMX kernels load.
+// Private to kernels/: what the AMX kernels share -- the tile configuration
+// they load, and the hand-off of the rows they leave to a VNNI kernel.
 #ifndef ST_KERNELS_AMX_TILES_H
 #define ST_KERNELS_AMX_TILES_H
 
@@ -28,6 +29,16 @@ ST_INLINE void st_amx_tiles_config(const uint8_t *rows, const uint16_t *colsb, i
         c.colsb[t] = colsb[t];
     }
     _tile_loadconfig(&c);
+}
+
+// Rows [r0, r1) against mt activation rows by the VNNI kernel fn, which
+// takes up to ST_KERN_MT_X8 activation rows a call.
+ST_INLINE void st_amx_vnni_rows(st_kern_mm_fn fn, const struct st_kern_weight *w, const void *x, size_t xs, int mt,
+                                float *y, size_t ys, int64_t r0, int64_t r1)
+{
+    for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
+        fn(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
+           y + (size_t)m0 * ys, ys, r0, r1);
 }
 
 #endif

@@ -113,15 +113,6 @@ ST_INLINE void run_pairs(const struct st_kern_weight *w, const uint8_t *x, size_
 // groups side by side, the streams in flight this host's cores need.
 static const st_kern_mm_fn vnni = st_kern_mm_q8_0x8_side4_avx512;
 
-// Rows [r0, r1) by the VNNI kernel, up to ST_KERN_MT_X8 activation rows a call.
-static void vnni_rows(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
-                      int64_t r0, int64_t r1)
-{
-    for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
-        vnni(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
-             y + (size_t)m0 * ys, ys, r0, r1);
-}
-
 static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t xs, int mt, float *y, size_t ys,
                           int64_t r0, int64_t r1)
 {
@@ -143,8 +134,8 @@ static void mm_q8_0x8_amx(const struct st_kern_weight *w, const void *x, size_t 
     // rows the same way.
     int64_t g, g1, lead_end, tail_begin;
     st_pairs_split(r0, r1, &g, &g1, &lead_end, &tail_begin);
-    if (lead_end > r0) vnni_rows(w, x, xs, mt, y, ys, r0, lead_end);
-    if (tail_begin < r1) vnni_rows(w, x, xs, mt, y, ys, tail_begin, r1);
+    if (lead_end > r0) st_amx_vnni_rows(vnni, w, x, xs, mt, y, ys, r0, lead_end);
+    if (tail_begin < r1) st_amx_vnni_rows(vnni, w, x, xs, mt, y, ys, tail_begin, r1);
     if (g < g1) {
         load_config(mt);
         switch (mt) {

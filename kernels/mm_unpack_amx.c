@@ -143,27 +143,18 @@ ST_INLINE void run_pairs(const uint32_t type, const struct st_kern_weight *w, co
     for (int i = 0; i < P; i++) st_pair_store(acc[i], MT, y, ys, g + 2 * i, r0, r1);
 }
 
-// Rows [r0, r1) by the VNNI kernel, up to ST_KERN_MT_X8 activation rows a call.
-static void vnni_rows(st_kern_mm_fn vnni, const struct st_kern_weight *w, const void *x, size_t xs, int mt,
-                      float *y, size_t ys, int64_t r0, int64_t r1)
-{
-    for (int m0 = 0; m0 < mt; m0 += ST_KERN_MT_X8)
-        vnni(w, (const uint8_t *)x + (size_t)m0 * xs, xs, mt - m0 < ST_KERN_MT_X8 ? mt - m0 : ST_KERN_MT_X8,
-             y + (size_t)m0 * ys, ys, r0, r1);
-}
-
 ST_INLINE void mm_unpack(const uint32_t type, st_kern_mm_fn vnni, const struct st_kern_weight *w, const void *x,
                          size_t xs, int mt, float *y, size_t ys, int64_t r0, int64_t r1)
 {
     if (mt < AMX_MIN_ROWS(type)) {
-        vnni_rows(vnni, w, x, xs, mt, y, ys, r0, r1);
+        st_amx_vnni_rows(vnni, w, x, xs, mt, y, ys, r0, r1);
         return;
     }
     // Pairs of adjacent groups; a group left over at the end goes to the
     // VNNI kernel, which computes its rows the same way.
     int64_t g = r0 / ST_KERN_X8, g1 = (r1 + ST_KERN_X8 - 1) / ST_KERN_X8;
     if ((g1 - g) % 2) {
-        vnni_rows(vnni, w, x, xs, mt, y, ys, (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0, r1);
+        st_amx_vnni_rows(vnni, w, x, xs, mt, y, ys, (g1 - 1) * ST_KERN_X8 > r0 ? (g1 - 1) * ST_KERN_X8 : r0, r1);
         g1--;
     }
     if (g >= g1) return;
