@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
+#include "include/subternary.h"
 
 static void usage(void)
 {
@@ -22,19 +23,27 @@ static void usage(void)
             "Without -d the target decodes alone (autoregressive baseline).\n");
 }
 
-static void print_summary(const struct st_session_stats *st, const struct st_engine *eng, bool json, bool spec)
+// Why the generation ended: the session's reason (its enum shares the
+// wire protocol's values, whose names the client library holds), or Ctrl-C.
+static const char *finish_name(enum st_finish fin, bool interrupted)
+{
+    return interrupted && fin == ST_FINISH_NONE ? "interrupted" : st_client_finish_name((int)fin);
+}
+
+static void print_summary(const struct st_session_stats *st, const struct st_engine *eng, bool json, bool spec,
+                          const char *finish)
 {
     double tps = st->seconds > 0 ? st->tokens / st->seconds : 0;
     double acc = st->drafted ? (double)st->accepted / st->drafted : 0;
     double mean_k = st->rounds - st->suspended_rounds > 0 && spec ? st->k_sum / (st->rounds - st->suspended_rounds) : 0;
     double other = st->seconds - st->draft_seconds - st->verify_seconds;
     fprintf(stderr,
-            "\n%u tokens in %.3f s: %.2f tokens/s (prompt %u tokens in %.3f s)\n"
+            "\n%u tokens in %.3f s: %.2f tokens/s (prompt %u tokens in %.3f s); finish: %s\n"
             "rounds %u, drafted %u, accepted %u, acceptance %.3f, mean K %.2f, suspended rounds %u\n"
             "time: draft %.3f s, verify %.3f s, other %.3f s (draft+verify rounds %.3f s, target-only steps %.3f s); "
             "commit %.0f ns/round; workers replaced %u\n",
-            st->tokens, st->seconds, tps, st->prompt_tokens, st->prompt_seconds, st->rounds, st->drafted, st->accepted,
-            acc, mean_k, st->suspended_rounds, st->draft_seconds, st->verify_seconds, other > 0 ? other : 0,
+            st->tokens, st->seconds, tps, st->prompt_tokens, st->prompt_seconds, finish, st->rounds, st->drafted,
+            st->accepted, acc, mean_k, st->suspended_rounds, st->draft_seconds, st->verify_seconds, other > 0 ? other : 0,
             st->round_seconds, st->target_only_seconds, st->commits ? st->commit_ns_sum / st->commits : 0.0,
             st->restarts);
     if (json)
@@ -43,12 +52,12 @@ static void print_summary(const struct st_session_stats *st, const struct st_eng
                 "\"prompt_seconds\": %.6f, \"rounds\": %u, \"drafted\": %u, \"accepted\": %u, \"acceptance\": %.4f, "
                 "\"mean_k\": %.3f, \"suspended_rounds\": %u, \"draft_seconds\": %.6f, \"verify_seconds\": %.6f, "
                 "\"other_seconds\": %.6f, \"round_seconds\": %.6f, \"target_only_seconds\": %.6f, "
-                "\"commit_ns\": %.1f, \"workers\": %u, \"restarts\": %u, \"speculative\": %s}\n",
+                "\"commit_ns\": %.1f, \"workers\": %u, \"restarts\": %u, \"speculative\": %s, \"finish\": \"%s\"}\n",
                 st->tokens, st->seconds, tps, st->prompt_tokens, st->prompt_seconds, st->rounds, st->drafted,
                 st->accepted, acc, mean_k, st->suspended_rounds, st->draft_seconds, st->verify_seconds,
                 other > 0 ? other : 0, st->round_seconds, st->target_only_seconds,
                 st->commits ? st->commit_ns_sum / st->commits : 0.0, st_engine_workers(eng, NULL), st->restarts,
-                spec ? "true" : "false");
+                spec ? "true" : "false", finish);
 }
 
 // Per-op attribution of the decode steps, sorted by share of the time.
@@ -147,7 +156,7 @@ int st_cmd_generate(int argc, char **argv)
     }
     fflush(stdout);
     if (gp.profile) print_profile(st_session_stats(s));
-    print_summary(st_session_stats(s), eng, json, gp.speculate);
+    print_summary(st_session_stats(s), eng, json, gp.speculate, finish_name(fin, st_stop_requested));
     rc = st_stop_requested ? 130 : 0;
 fail:
     if (rc == 1) fprintf(stderr, "subternary generate: %s\n", e.msg);

@@ -1,0 +1,106 @@
+// `subternary generate --json`, run as users run it: the summary's last line
+// is one JSON object with the fields the speculative issue names, and its
+// "finish" says why the generation ended -- the token budget, a stop
+// string, or a full context (a clean stop at exactly the context's length,
+// never past it).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/support/test_support.h"
+
+static char target[1024], draft[1024];
+
+// The last line of out that starts with '{'.
+static const char *json_line(const char *out)
+{
+    const char *j = NULL;
+    for (const char *p = out; (p = strchr(p, '{')); p++)
+        if (p == out || p[-1] == '\n') j = p;
+    assert_non_null(j);
+    return j;
+}
+
+// The number after "key": in the JSON line j.
+static double json_number(const char *j, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(j, pat);
+    if (!p) fail_msg("no %s in %s", key, j);
+    return strtod(p + strlen(pat), NULL);
+}
+
+static void assert_finish(const char *j, const char *want)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"finish\": \"%s\"", want);
+    if (!strstr(j, pat)) fail_msg("wanted finish %s: %s", want, j);
+}
+
+static void test_length_and_fields(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    const char *args[] = {"generate", "-m", target, "-d", draft, "--tokens", "1,2,3,4,5", "-n", "12",
+                          "--ignore-eos", "--json", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, args), 0);
+    const char *j = json_line(out);
+    static const char *keys[] = {"tokens", "seconds", "tokens_per_second", "prompt_tokens", "prompt_seconds",
+                                 "rounds", "drafted", "accepted", "acceptance", "mean_k"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) (void)json_number(j, keys[k]);
+    assert_int_equal((int)json_number(j, "tokens"), 12);
+    assert_int_equal((int)json_number(j, "prompt_tokens"), 5);
+    assert_true(json_number(j, "accepted") <= json_number(j, "drafted"));
+    assert_finish(j, "length");
+    assert_non_null(strstr(out, "finish: length"));
+}
+
+// A context of 64 and a prompt of 50: 14 tokens, then a clean stop that
+// says so, with a budget that would have gone past it.  Speculative rounds
+// near the end must not draft past the context either (the same count).
+static void test_context_full(void **state)
+{
+    (void)state;
+    static char out[1 << 16], prompt[256];
+    int n = 0;
+    for (int i = 1; i <= 50; i++) n += snprintf(prompt + n, sizeof prompt - n, "%s%d", i > 1 ? "," : "", i);
+    const char *with_draft[] = {"generate", "-m", target, "-d", draft, "--tokens", prompt, "--ctx", "64",
+                                "-n", "100", "--ignore-eos", "--json", NULL};
+    const char *alone[] = {"generate", "-m", target, "--tokens", prompt, "--ctx", "64",
+                           "-n", "100", "--ignore-eos", "--json", NULL};
+    const char *const *runs[] = {with_draft, alone};
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(st_run_cli(out, sizeof out, runs[r]), 0);
+        const char *j = json_line(out);
+        assert_int_equal((int)json_number(j, "tokens"), 64 - 50);
+        assert_finish(j, "context");
+    }
+}
+
+// A stop string ends it early, and says so.
+static void test_stop_string(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    const char *args[] = {"generate", "-m", target, "-d", draft, "-p", "Once upon a time", "-n", "200",
+                          "--ignore-eos", "--stop", "e", "--json", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, args), 0);
+    const char *j = json_line(out);
+    assert_true(json_number(j, "tokens") < 200);
+    assert_finish(j, "stop");
+}
+
+int main(void)
+{
+    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
+    st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_length_and_fields), cmocka_unit_test(test_context_full),
+                                       cmocka_unit_test(test_stop_string)};
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
+}
