@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/bench_attn_ranks.h"
 #include "cli/bench_util.h"
 #include "kernels/kernels.h"
@@ -44,12 +45,13 @@ static int parse(int argc, char **argv, struct attn_opts *o)
             o->n_lengths = st_bench_parse_list(v, o->lengths, MAX_LIST);
         else if (!strcmp(argv[i], "--m"))
             o->n_ms = st_bench_parse_list(v, o->ms, MAX_LIST);
-        else if (!strcmp(argv[i], "--layers"))
-            o->layers = atoi(v);
-        else if (!strcmp(argv[i], "--trials"))
-            o->trials = atoi(v);
-        else if (!strcmp(argv[i], "--threads"))
-            o->threads = atoi(v);
+        else if (!strcmp(argv[i], "--layers")) {
+            if (st_args_int("bench attn", argv[i], v, 1, 1024, &o->layers)) return 2;
+        } else if (!strcmp(argv[i], "--trials")) {
+            if (st_args_int("bench attn", argv[i], v, 1, 1000, &o->trials)) return 2;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (st_args_int("bench attn", argv[i], v, 1, 1024, &o->threads)) return 2;
+        }
         else if (!strcmp(argv[i], "--shape")) {
             if (sscanf(v, "%d/%d/%d", &o->n_heads, &o->n_kv, &o->head_dim) != 3) return usage();
         } else

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/bench_kernels.h"
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
@@ -73,9 +74,10 @@ int st_bench_ctx(int argc, char **argv)
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--lengths") && i + 1 < argc) lens = argv[++i];
-        else if (!strcmp(argv[i], "--draft-window") && i + 1 < argc && atoi(argv[i + 1]) > 0)
-            window = (uint32_t)atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--draft-window") && i + 1 < argc) {
+            if (st_args_u32("bench", argv[i], argv[i + 1], 1, UINT32_MAX, &window)) return 2;
+            i++;
+        } else {
             fprintf(stderr, "usage: subternary bench ctx [-m TARGET] [-d DRAFT] [--lengths 128,1024,4096,8192] [-n N] "
                             "[--runs R] [--draft-window N] [--quick]\n");
             return 2;
@@ -209,8 +211,12 @@ int st_bench_contention(int argc, char **argv)
         int r = st_bench_common_opt(argc, argv, &i, &c);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "--hog-cpu") && i + 1 < argc) hog_cpu = atoi(argv[++i]);
-        else {
+        if (!strcmp(argv[i], "--hog-cpu") && i + 1 < argc) {
+            uint32_t cpu;
+            if (st_args_u32("bench", argv[i], argv[i + 1], 0, CPU_SETSIZE - 1, &cpu)) return 2;
+            hog_cpu = (int)cpu;
+            i++;
+        } else {
             fprintf(stderr, "usage: subternary bench contention [-m TARGET] [-d DRAFT] [--hog-cpu C] [-n N] [--runs R] "
                             "[--quick]\nA CPU hog competes for one core (default: the last allowed CPU).\n");
             return 2;

@@ -29,6 +29,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "cli/args.h"
 #include "cli/bench_util.h"
 #include "kernels/kernels.h"
 
@@ -563,8 +564,9 @@ static int type_index(const char *name)
 
 static int m_value(const char *s)
 {
-    int v = atoi(s);
-    return v >= 1 && v <= 512 ? v : -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return end != s && !*end && v >= 1 && v <= 512 ? (int)v : -1;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -581,8 +583,11 @@ static int parse(int argc, char **argv, struct opts *o)
         if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--dynamic")) o->dynamic = true;
         else if (!strcmp(a, "--quick")) q = true;
-        else if (!strcmp(a, "--threads") && v) o->threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--trials") && v) o->trials = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && v) {
+            if (st_args_int("bench kernels", a, argv[++i], 1, MAX_THREADS, &o->threads)) return 2;
+        } else if (!strcmp(a, "--trials") && v) {
+            if (st_args_int("bench kernels", a, argv[++i], 1, 1000, &o->trials)) return 2;
+        }
         else if (!strcmp(a, "--shapes") && v) shapes = argv[++i];
         else if (!strcmp(a, "--types") && v) types = argv[++i];
         else if (!strcmp(a, "--m") && v) ms = argv[++i];

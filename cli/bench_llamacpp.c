@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/bench_kernels.h"
 #include "cli/child.h"
 #include "cli/cpu_ticks.h"
@@ -41,7 +42,7 @@ int st_llamacpp_opt(int argc, char **argv, int *i, struct st_llamacpp_opts *o)
             return -1;
         }
     } else {
-        o->our_k = (uint32_t)atoi(v);
+        if (st_args_u32("bench", opt, v, 0, ST_ENGINE_K_LIMIT, &o->our_k)) return -1;
     }
     return 1;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/bench_kernels.h"
 #include "cli/bench_llamacpp.h"
 #include "cli/bench_shm.h"
@@ -49,8 +50,10 @@ int st_bench_profile(int argc, char **argv)
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "--no-spec")) spec = false;
-        else if (!strcmp(argv[i], "--k") && i + 1 < argc && atoi(argv[i + 1]) >= 1) k = (uint32_t)atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--k") && i + 1 < argc) {
+            if (st_args_u32("bench", argv[i], argv[i + 1], 1, ST_ENGINE_K_LIMIT, &k)) return 2;
+            i++;
+        } else {
             fprintf(stderr, "usage: subternary bench profile [-m TARGET] [-d DRAFT] [--no-spec] [--k N] [-n N] [--quick]\n");
             return 2;
         }

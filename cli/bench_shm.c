@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/bench_load.h"
 #include "shm/shm.h"
 
@@ -40,11 +41,15 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         }
         if (!strcmp(a, "--file") && v) o->file = v;
         else if (!strcmp(a, "--model") && v) o->model = v;
-        else if (!strcmp(a, "--size") && v) o->size_mib = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--iters") && v) o->iters = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--qd") && v) o->qd = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--io-kib") && v) o->io_kib = strtoull(v, NULL, 10);
-        else {
+        else if (!strcmp(a, "--size") && v) {
+            if (st_args_uint("bench shm", a, v, 1, 1 << 20, &o->size_mib)) return -1;
+        } else if (!strcmp(a, "--iters") && v) {
+            if (st_args_uint("bench shm", a, v, 1, 1000000000, &o->iters)) return -1;
+        } else if (!strcmp(a, "--qd") && v) {
+            if (st_args_u32("bench shm", a, v, 1, 4096, &o->qd)) return -1;
+        } else if (!strcmp(a, "--io-kib") && v) {
+            if (st_args_uint("bench shm", a, v, 4, 1 << 20, &o->io_kib)) return -1;
+        } else {
             fprintf(stderr, "usage: subternary bench shm [--quick] [--file F] [--model F.gguf] [--size MIB] [--iters N] "
                             "[--qd N] [--io-kib N]\n");
             return -1;

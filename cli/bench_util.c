@@ -204,23 +204,23 @@ int st_bench_common_opt(int argc, char **argv, int *i, struct st_bench_common *c
         return -1;
     }
     const char *v = argv[++*i];
+    uint32_t runs = (uint32_t)c->runs;
+    int bad = 0;
     switch (k) {
     case 0: c->o.target = v; break;
     case 1: c->o.draft = v; break;
     case 2: c->o.prompt_text = v; break;
     case 3: c->o.prompt_ids = v; break;
-    case 4: c->o.prompt_len = (uint32_t)atoi(v); break;
-    case 5: c->n_tokens = (uint32_t)atoi(v); break;
-    case 6: c->runs = atoi(v); break;
+    case 4: bad = st_args_u32("bench", o, v, 1, 1 << 20, &c->o.prompt_len); break;
+    case 5: bad = st_args_u32("bench", o, v, 1, 1 << 20, &c->n_tokens); break;
+    case 6: bad = st_args_u32("bench", o, v, 1, ST_BENCH_MAX_RUNS, &runs); break;
     case 7: c->results = v; break;
     case 8: c->o.cpus = v; break;
-    case 9: c->o.n_nodes = (uint32_t)atoi(v); break;
-    case 10: c->o.workers = (uint32_t)atoi(v); break;
-    case 11: c->o.n_ctx = (uint32_t)atoi(v); break;
+    case 9: bad = st_args_u32("bench", o, v, 1, ST_ENGINE_MAX_NODES, &c->o.n_nodes); break;
+    case 10: bad = st_args_u32("bench", o, v, 1, 128, &c->o.workers); break;
+    case 11: bad = st_args_u32("bench", o, v, 16, 1 << 20, &c->o.n_ctx); break;
     }
-    if (c->runs < 1 || c->runs > ST_BENCH_MAX_RUNS || c->n_tokens < 1) {
-        fprintf(stderr, "subternary bench: --runs 1..%d and -n >= 1\n", ST_BENCH_MAX_RUNS);
-        return -1;
-    }
+    if (bad) return -1;
+    c->runs = (int)runs;
     return 1;
 }

@@ -13,6 +13,7 @@
 
 #include <zmq.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/conf.h"
 #include "cli/keys.h"
@@ -44,17 +45,6 @@ static void usage(void)
 
 static const char *const flags[] = {"quiet", "check-config", NULL};
 
-static int num(const char *opt, const char *v, double lo, double hi, double *x)
-{
-    char *end;
-    *x = strtod(v, &end);
-    if (end == v || *end || !(*x >= lo && *x <= hi)) {
-        fprintf(stderr, "subternary serve: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
 // Parses argv[from..] into o; 0, or 2 on a usage error.
 static int parse(int argc, char **argv, struct serve_opts *o, const char **config)
 {
@@ -64,7 +54,6 @@ static int parse(int argc, char **argv, struct serve_opts *o, const char **confi
         if (r) continue;
         const char *a = argv[i];
         bool has = i + 1 < argc;
-        double x;
         if (!strcmp(a, "--quiet")) o->sc.quiet = o->ec.quiet = true;
         else if (!strcmp(a, "--check-config")) o->check = true;
         else if (!strcmp(a, "--config") && has) *config = argv[++i];
@@ -72,20 +61,15 @@ static int parse(int argc, char **argv, struct serve_opts *o, const char **confi
         else if (!strcmp(a, "--curve-secret") && has) o->curve_secret_file = argv[++i];
         else if (!strcmp(a, "--curve-allow") && has) o->curve_allow_file = argv[++i];
         else if (!strcmp(a, "--queue") && has) {
-            if (num(a, argv[++i], 0, 1 << 20, &x)) return 2;
-            o->sc.queue = (uint32_t)x;
+            if (st_args_u32("serve", a, argv[++i], 0, 1 << 20, &o->sc.queue)) return 2;
         } else if (!strcmp(a, "--max-tokens") && has) {
-            if (num(a, argv[++i], 1, 1 << 20, &x)) return 2;
-            o->sc.max_tokens_default = (uint32_t)x;
+            if (st_args_u32("serve", a, argv[++i], 1, 1 << 20, &o->sc.max_tokens_default)) return 2;
         } else if (!strcmp(a, "--prefill-slice") && has) {
-            if (num(a, argv[++i], 1, 1 << 20, &x)) return 2;
-            o->sc.prefill_slice = (uint32_t)x;
+            if (st_args_u32("serve", a, argv[++i], 1, 1 << 20, &o->sc.prefill_slice)) return 2;
         } else if (!strcmp(a, "--max-msg") && has) {
-            if (num(a, argv[++i], 4096, 1 << 30, &x)) return 2;
-            o->sc.max_msg_bytes = (uint32_t)x;
+            if (st_args_u32("serve", a, argv[++i], 4096, 1 << 30, &o->sc.max_msg_bytes)) return 2;
         } else if (!strcmp(a, "--max-prompt-bytes") && has) {
-            if (num(a, argv[++i], 1, 1 << 30, &x)) return 2;
-            o->sc.max_prompt_bytes = (uint32_t)x;
+            if (st_args_u32("serve", a, argv[++i], 1, 1 << 30, &o->sc.max_prompt_bytes)) return 2;
         } else {
             fprintf(stderr, "subternary serve: unknown or incomplete option '%s'\n", a);
             return 2;

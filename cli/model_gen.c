@@ -2,12 +2,14 @@
 // them).  Exit codes: 0 done, 1 generation or measurement failed, 2 bad
 // arguments.
 #include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/model_tools.h"
 #include "kernels/types.h"
 #include "model/synth.h"
@@ -61,28 +63,12 @@ static const char *const model_opts[] = {"eps", "gain", "type", "attn-type", "ml
 
 static int parse_u32(const char *opt, const char *s, uint32_t *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno || end == s || *end || x > UINT32_MAX || s[0] == '-') {
-        fprintf(stderr, "subternary model gen: %s: '%s' is not a non-negative integer\n", opt, s);
-        return -1;
-    }
-    *v = (uint32_t)x;
-    return 0;
+    return st_args_u32("model gen", opt, s, 0, UINT32_MAX, v);
 }
 
 static int parse_f32(const char *opt, const char *s, float *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "subternary model gen: %s: '%s' is not a number\n", opt, s);
-        return -1;
-    }
-    *v = (float)x;
-    return 0;
+    return st_args_f32("model gen", opt, s, -FLT_MAX, FLT_MAX, v);
 }
 
 // Applies "--NAME VAL" (NAME without the role prefix) to one model.

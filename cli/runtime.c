@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
+
 volatile sig_atomic_t st_stop_requested;
 
 static void on_signal(int sig)
@@ -22,18 +24,6 @@ void st_runtime_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static int num(const char *opt, const char *v, double lo, double hi, double *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "subternary: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 #define VALUE()                                                                 \
     do {                                                                        \
         if (*i + 1 >= argc) {                                                   \
@@ -46,17 +36,16 @@ static int num(const char *opt, const char *v, double lo, double hi, double *out
 int st_runtime_engine_opt(int argc, char **argv, int *i, struct st_engine_config *ec)
 {
     const char *o = argv[*i], *v;
-    double x;
     if (!strcmp(o, "-m") || !strcmp(o, "--target")) { VALUE(); ec->target_path = v; return 1; }
     if (!strcmp(o, "-d") || !strcmp(o, "--draft")) { VALUE(); ec->draft_path = v; return 1; }
-    if (!strcmp(o, "--ctx")) { VALUE(); if (num(o, v, 16, 1 << 20, &x)) return -1; ec->n_ctx = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--slots")) { VALUE(); if (num(o, v, 1, 4096, &x)) return -1; ec->n_slots = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--k-max")) { VALUE(); if (num(o, v, 1, ST_ENGINE_K_LIMIT, &x)) return -1; ec->k_max = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--nodes")) { VALUE(); if (num(o, v, 1, ST_ENGINE_MAX_NODES, &x)) return -1; ec->n_nodes = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--ctx")) { VALUE(); if (st_args_u32(NULL, o, v, 16, 1 << 20, &ec->n_ctx)) return -1; return 1; }
+    if (!strcmp(o, "--slots")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 4096, &ec->n_slots)) return -1; return 1; }
+    if (!strcmp(o, "--k-max")) { VALUE(); if (st_args_u32(NULL, o, v, 1, ST_ENGINE_K_LIMIT, &ec->k_max)) return -1; return 1; }
+    if (!strcmp(o, "--nodes")) { VALUE(); if (st_args_u32(NULL, o, v, 1, ST_ENGINE_MAX_NODES, &ec->n_nodes)) return -1; return 1; }
     if (!strcmp(o, "--cpus")) { VALUE(); ec->cpus = v; return 1; }
-    if (!strcmp(o, "--workers")) { VALUE(); if (num(o, v, 1, 128, &x)) return -1; ec->workers_per_node = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--hang-ms")) { VALUE(); if (num(o, v, 50, 600000, &x)) return -1; ec->hang_ms = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--prefill-chunk")) { VALUE(); if (num(o, v, 1, 1024, &x)) return -1; ec->prefill_chunk = (uint32_t)x; return 1; }
+    if (!strcmp(o, "--workers")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 128, &ec->workers_per_node)) return -1; return 1; }
+    if (!strcmp(o, "--hang-ms")) { VALUE(); if (st_args_u32(NULL, o, v, 50, 600000, &ec->hang_ms)) return -1; return 1; }
+    if (!strcmp(o, "--prefill-chunk")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 1024, &ec->prefill_chunk)) return -1; return 1; }
     return 0;
 }
 
@@ -73,18 +62,17 @@ void st_runtime_gen_defaults(struct st_gen_params *gp)
 int st_runtime_gen_opt(int argc, char **argv, int *i, struct st_gen_params *gp)
 {
     const char *o = argv[*i], *v;
-    double x;
-    if (!strcmp(o, "-n") || !strcmp(o, "--max-tokens")) { VALUE(); if (num(o, v, 1, 1 << 20, &x)) return -1; gp->max_tokens = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--temp")) { VALUE(); if (num(o, v, 0, 100, &x)) return -1; gp->sampling.temperature = (float)x; return 1; }
-    if (!strcmp(o, "--top-k")) { VALUE(); if (num(o, v, 0, 1 << 24, &x)) return -1; gp->sampling.top_k = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--top-p")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->sampling.top_p = (float)x; return 1; }
-    if (!strcmp(o, "--min-p")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->sampling.min_p = (float)x; return 1; }
-    if (!strcmp(o, "--seed")) { VALUE(); if (num(o, v, 0, 1.8e19, &x)) return -1; gp->seed = (uint64_t)x; return 1; }
-    if (!strcmp(o, "--k")) { VALUE(); if (num(o, v, 0, 32, &x)) return -1; gp->k = (uint32_t)x; return 1; }
+    if (!strcmp(o, "-n") || !strcmp(o, "--max-tokens")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 1 << 20, &gp->max_tokens)) return -1; return 1; }
+    if (!strcmp(o, "--temp")) { VALUE(); if (st_args_f32(NULL, o, v, 0, 100, &gp->sampling.temperature)) return -1; return 1; }
+    if (!strcmp(o, "--top-k")) { VALUE(); if (st_args_u32(NULL, o, v, 0, 1 << 24, &gp->sampling.top_k)) return -1; return 1; }
+    if (!strcmp(o, "--top-p")) { VALUE(); if (st_args_f32(NULL, o, v, 0, 1, &gp->sampling.top_p)) return -1; return 1; }
+    if (!strcmp(o, "--min-p")) { VALUE(); if (st_args_f32(NULL, o, v, 0, 1, &gp->sampling.min_p)) return -1; return 1; }
+    if (!strcmp(o, "--seed")) { VALUE(); if (st_args_uint(NULL, o, v, 0, UINT64_MAX, &gp->seed)) return -1; return 1; }
+    if (!strcmp(o, "--k")) { VALUE(); if (st_args_u32(NULL, o, v, 0, 32, &gp->k)) return -1; return 1; }
     if (!strcmp(o, "--no-governor")) { gp->governor = false; return 1; }
-    if (!strcmp(o, "--draft-p-min")) { VALUE(); if (num(o, v, 0, 0.999, &x)) return -1; gp->draft_p_min = (float)x; return 1; }
-    if (!strcmp(o, "--draft-window")) { VALUE(); if (num(o, v, 1, UINT32_MAX, &x)) return -1; gp->draft_window = (uint32_t)x; return 1; }
-    if (!strcmp(o, "--governor-threshold")) { VALUE(); if (num(o, v, 0, 1, &x)) return -1; gp->governor_threshold = (float)x; return 1; }
+    if (!strcmp(o, "--draft-p-min")) { VALUE(); if (st_args_f32(NULL, o, v, 0, 0.999, &gp->draft_p_min)) return -1; return 1; }
+    if (!strcmp(o, "--draft-window")) { VALUE(); if (st_args_u32(NULL, o, v, 1, UINT32_MAX, &gp->draft_window)) return -1; return 1; }
+    if (!strcmp(o, "--governor-threshold")) { VALUE(); if (st_args_f32(NULL, o, v, 0, 1, &gp->governor_threshold)) return -1; return 1; }
     if (!strcmp(o, "--no-spec")) { gp->speculate = false; return 1; }
     if (!strcmp(o, "--ignore-eos")) { gp->stop_at_eos = false; return 1; }
     if (!strcmp(o, "--stop")) {

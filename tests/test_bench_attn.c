@@ -79,7 +79,10 @@ static void test_bad_shapes(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *args[] = {"bench", "attn", bad[i][0], bad[i][1], NULL};
         assert_int_equal(st_run_cli(out, sizeof out, args), 2);
-        if (!strstr(out, "usage: subternary bench attn")) fail_msg("no usage for %s:\n%s", bad[i][0], out);
+        char named[64]; // a bad count names its option; the rest print the usage
+        snprintf(named, sizeof named, "bench attn: %s: '", bad[i][0]);
+        if (!strstr(out, "usage: subternary bench attn") && !strstr(out, named))
+            fail_msg("no usage and no error naming %s:\n%s", bad[i][0], out);
     }
 }
 

@@ -1,8 +1,8 @@
-// `subternary generate --json`, run as users run it: the summary's last line
-// is one JSON object with the fields the speculative issue names, and its
-// "finish" says why the generation ended -- the token budget, a stop
-// string, or a full context (a clean stop at exactly the context's length,
-// never past it).
+// `subternary generate`, run as users run it: the summary's last line (with
+// --json) is one JSON object with the fields the speculative issue names,
+// and its "finish" says why the generation ended -- the token budget, a
+// stop string, or a full context (a clean stop at exactly the context's
+// length, never past it); options are read exactly or refused.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,11 +96,55 @@ static void test_stop_string(void **state)
     assert_finish(j, "stop");
 }
 
+// The generated ids of a sampled run: the line of digits and commas that
+// --ids prints (stdout and stderr come mixed).
+static void sampled_ids(const char *seed, char *ids, size_t cap)
+{
+    static char out[1 << 16];
+    const char *args[] = {"generate", "-m", target, "-d", draft, "--tokens", "1,2,3", "-n", "16", "--ignore-eos",
+                          "--temp", "1.5", "--seed", seed, "--k", "3", "--no-governor", "--ids", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, args), 0);
+    const char *line = NULL;
+    for (char *q = strtok(out, "\n"); q; q = strtok(NULL, "\n"))
+        if (strchr(q, ',') && strspn(q, "0123456789,") == strlen(q)) line = q;
+    assert_non_null(line);
+    snprintf(ids, cap, "%s", line);
+}
+
+// Seeds are 64-bit integers read exactly: 2^53 and 2^53 + 1, the same
+// double, sample differently; each seed again the same (at a fixed K
+// without the governor, whose rounds do not depend on measured time).
+// Fractions, signs and trailing letters where an integer is wanted are
+// refused, naming the option (the bench's options too).
+static void test_options_exact(void **state)
+{
+    (void)state;
+    char a[4096], b[4096], a2[4096];
+    sampled_ids("9007199254740992", a, sizeof a);
+    sampled_ids("9007199254740993", b, sizeof b);
+    sampled_ids("9007199254740992", a2, sizeof a2);
+    assert_string_equal(a, a2);
+    assert_string_not_equal(a, b);
+    static char out[4096];
+    const char *frac[] = {"generate", "-m", target, "--tokens", "1,2", "-n", "2.5", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, frac), 2);
+    assert_non_null(strstr(out, "-n: '2.5' is not an integer in [1, "));
+    const char *neg[] = {"generate", "-m", target, "--tokens", "1,2", "--seed", "-1", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, neg), 2);
+    assert_non_null(strstr(out, "--seed: '-1' is not an integer"));
+    const char *nan[] = {"generate", "-m", target, "--tokens", "1,2", "--temp", "nan", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, nan), 2);
+    assert_non_null(strstr(out, "--temp: 'nan' is not a number"));
+    const char *bench[] = {"bench", "spec", "-m", target, "--runs", "3x", NULL}; // the bench's options too
+    assert_int_equal(st_run_cli(out, sizeof out, bench), 2);
+    assert_non_null(strstr(out, "--runs: '3x' is not an integer"));
+}
+
 int main(void)
 {
     st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
     st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_length_and_fields), cmocka_unit_test(test_context_full),
-                                       cmocka_unit_test(test_stop_string)};
+                                       cmocka_unit_test(test_stop_string), cmocka_unit_test(test_options_exact)};
     return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
 }
