@@ -34,6 +34,8 @@ static void usage(void)
             "  ENDPOINTS: one endpoint, or several separated by commas (up to 16 servers: a request goes\n"
             "  to the least loaded, moves on when one is busy; stats and health add up all that answer).\n"
             "  Default: $SUBTERNARY_ENDPOINT, else tcp://127.0.0.1:5555.\n"
+            "  --seed: default a fresh one per request; a seed samples the same tokens again (with a draft,\n"
+            "  at a fixed --k with --no-governor).\n"
             "  Exit codes: 0 done, 1 error or timeout, 2 usage, 3 cancelled, 4 busy.\n");
 }
 
@@ -66,10 +68,15 @@ static int parse(int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--quiet")) o->quiet = true;
         else if (!strcmp(a, "--curve-server-key") && has) o->server_key = argv[++i];
         else if (!strcmp(a, "--curve-keys") && has) o->keys = argv[++i];
-        else if (!strcmp(a, "--cancel-after") && has) o->cancel_after = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--deadline") && has) o->deadline_ms = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--timeout") && has) o->timeout_ms = (int)(strtod(argv[++i], NULL) * 1000);
-        else {
+        else if (!strcmp(a, "--cancel-after") && has) {
+            if (st_args_u32("client", a, argv[++i], 0, UINT32_MAX, &o->cancel_after)) return -1;
+        } else if (!strcmp(a, "--deadline") && has) {
+            if (st_args_uint("client", a, argv[++i], 0, UINT64_MAX, &o->deadline_ms)) return -1;
+        } else if (!strcmp(a, "--timeout") && has) {
+            double s;
+            if (st_args_real("client", a, argv[++i], 0.001, 86400, &s)) return -1;
+            o->timeout_ms = (int)(s * 1000);
+        } else {
             fprintf(stderr, "subternary client: unknown or incomplete option '%s'\n", a);
             return -1;
         }
@@ -204,6 +211,7 @@ int st_cmd_client(int argc, char **argv)
 {
     struct opts o = {0};
     st_runtime_gen_defaults(&o.gp);
+    o.gp.seed = 0; // the server draws one per request
     o.timeout_ms = 60000;
     o.endpoint = getenv("SUBTERNARY_ENDPOINT");
     if (!o.endpoint || !*o.endpoint) o.endpoint = "tcp://127.0.0.1:5555";

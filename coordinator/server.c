@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <zmq.h>
@@ -136,12 +138,27 @@ static void drain_monitor(struct st_server *s)
     }
 }
 
+// A request without a seed gets its own: from the kernel's random source,
+// else the clock and a count (requests must not share samples by default).
+static uint64_t fresh_seed(void)
+{
+    static uint64_t count;
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x || !x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (++count * 0x9e3779b97f4a7c15ull);
+    }
+    return x ? x : 1;
+}
+
 static void admit(struct st_server *s)
 {
     struct st_srv_req *r;
     while ((r = st_srv_admit(&s->core))) {
         struct st_session *ses;
         struct st_error e;
+        if (!r->gp.seed) r->gp.seed = fresh_seed();
         if (st_session_new(s->eng, &r->gp, r->prompt, r->n_prompt, ++s->eng->next_session, &ses, &e)) {
             fprintf(stderr, "serve: request %s: %s\n", r->id, e.msg);
             st_srv_fail(&s->core, r, SUBTERNARY__ERROR_CODE__ERR_INTERNAL, "starting the session: %s", e.msg);

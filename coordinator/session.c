@@ -286,7 +286,10 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     uint32_t K = spec ? choose_k(s, room) : 0;
     if (probe && K > 2) K = 2; // a probe only measures acceptance: keep it cheap
     if (K == 0) spec = false;
-    uint64_t seed = mix(s->gp.seed, s->st.rounds + ((uint64_t)s->id << 32));
+    // A round's random numbers are keyed by where it starts: positions only
+    // grow, so no two rounds share them, a replayed round draws the same,
+    // and the same seed and rounds give the same tokens in any session.
+    uint64_t seed = mix(s->gp.seed, s->t);
     Subternary__Sampling sm;
     sampling_msg(&s->gp, &sm);
     Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;

@@ -62,7 +62,9 @@ struct st_client_request {
     float temperature;         // 0: greedy
     uint32_t top_k;
     float top_p, min_p;
-    uint64_t seed;
+    uint64_t seed;             // 0: a fresh one per request; else the same request samples the same
+                               // tokens again (with a draft: at a fixed k and no_governor, since
+                               // adaptive K and the governor choose rounds by measured time)
     bool no_speculation;       // target alone
     uint32_t k;                // draft length; 0: adaptive
     bool no_governor;

@@ -2,9 +2,10 @@
 // output equals `subternary generate`'s, by the client library and by the
 // command-line client; 16 concurrent clients on 4 slots and a queue of 8
 // (every accepted request correct, the rest busy, nothing lost or
-// duplicated); a short request is not starved by a long one; a retried
-// request id runs once; stats, Prometheus text and health; the config file;
-// an ipc endpoint only in a 0700 directory; a clean SIGTERM shutdown.
+// duplicated); a seed samples the same tokens again; a short request is not
+// starved by a long one; a retried request id runs once; stats, Prometheus
+// text and health; the config file; an ipc endpoint only in a 0700
+// directory; a clean SIGTERM shutdown.
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -440,6 +441,40 @@ static void test_shutdown(void **state)
     assert_int_equal(stat(rundir, &sb), -1); // run directory removed
 }
 
+// A seed samples the same tokens again: the same request twice, with the
+// target alone and with a fixed K and no governor (rounds that do not
+// depend on measured time), and `generate` in its own engine gives them
+// too.  Without a seed each request gets a fresh one.
+static void test_seed_reproduces(void **state)
+{
+    (void)state;
+    char target[1024], draft[1024];
+    snprintf(target, sizeof target, "%s/models/pico-target.q8_0.gguf", getenv("ST_SHARED") ? getenv("ST_SHARED") : "../shared");
+    snprintf(draft, sizeof draft, "%s/models/pico-draft.q4_0.gguf", getenv("ST_SHARED") ? getenv("ST_SHARED") : "../shared");
+    static char a[8192], b[8192], g[8192];
+    const char *alone[] = {"client", "--connect", S.endpoint, "--tokens", prompts[3], "-n", "24", "--ignore-eos",
+                           "--temp", "1.5", "--seed", "9007199254740993", "--no-spec", "--ids", "--quiet", NULL};
+    assert_int_equal(st_test_run(alone, a, sizeof a), 0);
+    assert_int_equal(st_test_run(alone, b, sizeof b), 0);
+    assert_true(strlen(a) > 10);
+    assert_string_equal(a, b);
+    const char *spec[] = {"client", "--connect", S.endpoint, "--tokens", prompts[3], "-n", "24", "--ignore-eos",
+                          "--temp", "1.5", "--seed", "77", "--k", "3", "--no-governor", "--ids", "--quiet", NULL};
+    assert_int_equal(st_test_run(spec, a, sizeof a), 0);
+    assert_int_equal(st_test_run(spec, b, sizeof b), 0);
+    assert_string_equal(a, b);
+    const char *gen[] = {"generate", "-m", target, "-d", draft, "--workers", "2", "--tokens", prompts[3], "-n", "24",
+                         "--ignore-eos", "--temp", "1.5", "--seed", "77", "--k", "3", "--no-governor", "--ids",
+                         "--quiet", NULL};
+    assert_int_equal(st_test_run(gen, g, sizeof g), 0);
+    assert_string_equal(a, g);
+    const char *fresh[] = {"client", "--connect", S.endpoint, "--tokens", prompts[3], "-n", "24", "--ignore-eos",
+                           "--temp", "1.5", "--no-spec", "--ids", "--quiet", NULL};
+    assert_int_equal(st_test_run(fresh, a, sizeof a), 0);
+    assert_int_equal(st_test_run(fresh, b, sizeof b), 0);
+    assert_string_not_equal(a, b);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -466,6 +501,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_generate),
+        cmocka_unit_test(test_seed_reproduces),
         cmocka_unit_test(test_sixteen_clients),
         cmocka_unit_test(test_fairness),
         cmocka_unit_test(test_retry_runs_once),
