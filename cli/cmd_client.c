@@ -34,8 +34,8 @@ static void usage(void)
             "  ENDPOINTS: one endpoint, or several separated by commas (up to 16 servers: a request goes\n"
             "  to the least loaded, moves on when one is busy; stats and health add up all that answer).\n"
             "  Default: $SUBTERNARY_ENDPOINT, else tcp://127.0.0.1:5555.\n"
-            "  --seed: default a fresh one per request; a seed samples the same tokens again (with a draft,\n"
-            "  at a fixed --k with --no-governor).\n"
+            "  --seed: default a fresh one per request (the summary says which); a seed samples the same\n"
+            "  tokens again (with a draft, at a fixed --k with --no-governor).\n"
             "  Exit codes: 0 done, 1 error or timeout, 2 usage, 3 cancelled, 4 busy.\n");
 }
 
@@ -185,11 +185,11 @@ static int generate(struct st_client *c, const struct opts *o, uint32_t *prompt,
             if (!o->quiet)
                 fprintf(stderr,
                         "\n%u tokens in %.3f s: %.2f tokens/s (prompt %u tokens in %.3f s; queued %.3f s; wall %.3f s)\n"
-                        "finish %s; rounds %u, drafted %u, accepted %u, acceptance %.3f, mean K %.2f; "
+                        "finish %s; seed %llu; rounds %u, drafted %u, accepted %u, acceptance %.3f, mean K %.2f; "
                         "workers replaced %u\n",
                         d->tokens, d->seconds, d->seconds > 0 ? d->tokens / d->seconds : 0, d->prompt_tokens,
                         d->prompt_seconds, d->queue_seconds, d->wall_seconds, st_client_finish_name(d->reason),
-                        d->rounds, d->drafted, d->accepted, d->acceptance, d->mean_k, d->worker_restarts);
+                        (unsigned long long)d->seed, d->rounds, d->drafted, d->accepted, d->acceptance, d->mean_k, d->worker_restarts);
             rc = 0;
             st_client_event_clear(&ev);
             break;

@@ -69,7 +69,7 @@ bool st_client_event_of(const Subternary__Envelope *m, struct st_client_event *e
             .drafted = d->drafted, .accepted = d->accepted, .worker_restarts = d->worker_restarts,
             .acceptance = d->acceptance, .mean_k = d->mean_k, .prompt_seconds = d->prompt_seconds,
             .seconds = d->seconds, .draft_seconds = d->draft_seconds, .verify_seconds = d->verify_seconds,
-            .queue_seconds = d->queue_seconds, .wall_seconds = d->wall_seconds};
+            .queue_seconds = d->queue_seconds, .wall_seconds = d->wall_seconds, .seed = d->seed};
         return true;
     }
     case SUBTERNARY__ENVELOPE__MSG_ERROR:

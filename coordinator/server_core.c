@@ -249,6 +249,7 @@ void st_srv_finish(struct st_srv_core *c, struct st_srv_req *r, Subternary__Done
     r->done.queue_seconds = r->started_ns > r->received_ns ? (r->started_ns - r->received_ns) * 1e-9 : 0;
     r->done.wall_seconds = (now - r->received_ns) * 1e-9;
     r->done.acceptance = done->drafted ? (double)done->accepted / done->drafted : 0;
+    r->done.seed = r->gp.seed;
     r->err = SUBTERNARY__ERROR_CODE__ERR_NONE;
     c->c.done++;
     send_final(c, r);

@@ -104,6 +104,7 @@ struct st_client_done {
     uint32_t prompt_tokens, tokens, rounds, drafted, accepted, worker_restarts;
     double acceptance, mean_k;
     double prompt_seconds, seconds, draft_seconds, verify_seconds, queue_seconds, wall_seconds;
+    uint64_t seed;             // the seed it sampled with: the request's, or the fresh one the server drew
 };
 
 struct st_client_node_stats {

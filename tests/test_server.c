@@ -2,10 +2,11 @@
 // output equals `subternary generate`'s, by the client library and by the
 // command-line client; 16 concurrent clients on 4 slots and a queue of 8
 // (every accepted request correct, the rest busy, nothing lost or
-// duplicated); a seed samples the same tokens again; a short request is not
-// starved by a long one; a retried request id runs once; stats, Prometheus
-// text and health; the config file; an ipc endpoint only in a 0700
-// directory; a clean SIGTERM shutdown.
+// duplicated); a seed samples the same tokens again, and a request without
+// one is told the one it got; a short request is not starved by a long one;
+// a retried request id runs once; stats, Prometheus text and health; the
+// config file; an ipc endpoint only in a 0700 directory; a clean SIGTERM
+// shutdown.
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,6 +36,18 @@ static bool agrees(const struct st_test_result *r, int p)
     return !memcmp(r->ids, ref[p], n * sizeof *r->ids);
 }
 
+// The ids of a comma-separated prompt.
+static size_t prompt_ids(const char *s, uint32_t *ids, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = s; *p && n < cap;) {
+        char *end;
+        ids[n++] = (uint32_t)strtoul(p, &end, 10);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
 static void test_greedy_matches_generate(void **state)
 {
     (void)state;
@@ -58,12 +71,7 @@ static void test_greedy_matches_generate(void **state)
     struct st_client_request q = {.request_id = "g2", .prompt_ids = ref[1], .n_prompt_ids = 0, .max_tokens = 32,
                                   .no_speculation = true};
     uint32_t ids[16];
-    size_t n = 0;
-    for (const char *p = prompts[1]; *p;) {
-        char *end;
-        ids[n++] = (uint32_t)strtoul(p, &end, 10);
-        p = *end == ',' ? end + 1 : end;
-    }
+    size_t n = prompt_ids(prompts[1], ids, 16);
     q.prompt_ids = ids;
     q.n_prompt_ids = n;
     assert_int_equal(st_client_submit(c, &q), 0);
@@ -475,6 +483,35 @@ static void test_seed_reproduces(void **state)
     assert_string_not_equal(a, b);
 }
 
+// A request without a seed is told the one the server drew, and that seed
+// replays it.
+static void test_seed_reported(void **state)
+{
+    (void)state;
+    struct st_client *c = st_test_client(&S, NULL);
+    assert_non_null(c);
+    uint32_t ids[16];
+    size_t n = prompt_ids(prompts[2], ids, 16);
+    static struct st_test_result r[3];
+    memset(r, 0, sizeof r);
+    struct st_client_request q = {.request_id = "s1", .prompt_ids = ids, .n_prompt_ids = n, .max_tokens = 24,
+                                  .ignore_eos = true, .temperature = 1.5f, .no_speculation = true};
+    assert_int_equal(st_client_submit(c, &q), 0);
+    assert_int_equal(st_test_wait(c, "s1", &r[0], 30000), 0);
+    q.request_id = "s2";
+    assert_int_equal(st_client_submit(c, &q), 0);
+    assert_int_equal(st_test_wait(c, "s2", &r[1], 30000), 0);
+    assert_true(r[0].done.seed && r[1].done.seed && r[0].done.seed != r[1].done.seed);
+    q.request_id = "s3";
+    q.seed = r[0].done.seed;
+    assert_int_equal(st_client_submit(c, &q), 0);
+    assert_int_equal(st_test_wait(c, "s3", &r[2], 30000), 0);
+    assert_int_equal(r[2].done.seed, r[0].done.seed);
+    assert_int_equal(r[2].n, 24);
+    assert_memory_equal(r[2].ids, r[0].ids, 24 * sizeof r[0].ids[0]);
+    st_client_close(&c);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -502,6 +539,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_generate),
         cmocka_unit_test(test_seed_reproduces),
+        cmocka_unit_test(test_seed_reported),
         cmocka_unit_test(test_sixteen_clients),
         cmocka_unit_test(test_fairness),
         cmocka_unit_test(test_retry_runs_once),
