@@ -47,6 +47,12 @@ struct st_pool {
     uint64_t crash_step;         // test hook
     uint32_t crash_rank, crash_barrier;
     bool crash_every;            // test hook: on every attempt (a poison step)
+    // The step in flight (st_pool_submit .. st_pool_progress).
+    Subternary__StepCommand *cmd;
+    struct st_step_result *res;
+    uint32_t attempt;
+    bool any_dead;
+    char err[512];
     // Liveness watch of the step in flight.
     uint64_t watch_ns;
     uint64_t watch_sum;
@@ -379,68 +385,124 @@ static void check_hang(struct st_pool *p, uint64_t step_id)
     p->watch_ns = t;
 }
 
-int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e)
+// Sends the step in flight to every rank (a new attempt, a new step id).
+static void launch(struct st_pool *p)
 {
+    Subternary__StepCommand *cmd = p->cmd;
+    p->res->attempts = p->attempt;
+    cmd->step_id = ++p->step_seq;
+    bool crash = (p->attempt == 1 || p->crash_every) && p->crash_step == p->steps;
+    cmd->crash_at_barrier = crash ? p->crash_barrier : 0;
+    cmd->crash_rank = crash ? p->crash_rank : 0;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
+        if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
+        if (p->r[i].status != RANK_READY) p->r[i].dead = true;
+    }
+    p->err[0] = 0;
+    p->any_dead = false;
+    p->watch_sum = 0;
+    p->watch_ns = now_ns();
+}
+
+int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e)
+{
+    if (p->cmd) return st_error_set(e, "worker set %u already runs a step", p->cfg.node);
     memset(res, 0, sizeof *res);
     p->steps++;
-    for (uint32_t attempt = 1;; attempt++) {
-        res->attempts = attempt;
-        cmd->step_id = ++p->step_seq;
-        bool crash = (attempt == 1 || p->crash_every) && p->crash_step == p->steps;
-        cmd->crash_at_barrier = crash ? p->crash_barrier : 0;
-        cmd->crash_rank = crash ? p->crash_rank : 0;
-        for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
-            p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
-            if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
-            if (p->r[i].status != RANK_READY) p->r[i].dead = true;
-        }
-        char err[512] = "";
-        p->watch_sum = 0;
-        p->watch_ns = now_ns();
-        bool any_dead = false;
-        for (;;) {
-            bool waiting = false;
-            for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
-                any_dead |= p->r[i].dead;
-                waiting |= !p->r[i].done && !p->r[i].dead;
-            }
-            if (!waiting) break;
-            // A death: abort the barrier so the survivors leave the step.
-            if (any_dead && !st_barrier_aborted(&p->cfg.ctl->barrier)) st_barrier_abort(&p->cfg.ctl->barrier);
-            poll_once(p, 20, cmd->step_id, res, err, sizeof err);
-            check_hang(p, cmd->step_id);
-        }
-        bool aborted = false;
-        for (uint32_t i = 0; i < p->cfg.n_ranks; i++) aborted |= p->r[i].aborted;
-        if (!any_dead && !aborted) {
-            if (err[0]) return st_error_set(e, "%s", err);
-            return 0;
-        }
-        // Replace the dead on their CPUs, make the barrier usable, replay.
-        uint64_t died = UINT64_MAX;
-        for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
-            if (p->r[i].dead || p->r[i].aborted)
-                fprintf(stderr, "coordinator: set %u step %llu attempt %u: worker %u %s%s%s\n", p->cfg.node,
-                        (unsigned long long)cmd->step_id, attempt, i, p->r[i].dead ? "died" : "aborted",
-                        err[0] ? ": " : "", err);
-        for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
-            if (p->r[i].dead) {
-                if (p->r[i].died_ns && p->r[i].died_ns < died) died = p->r[i].died_ns;
-                reap(p, i);
-                p->r[i].dead = false;
-                p->restarts++;
-                res->restarts++;
-            }
-        if (bring_up(p, p->cfg.start_timeout_ms, e)) return -1;
-        st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
-        if (died != UINT64_MAX) p->last_replace_s = (now_ns() - died) * 1e-9;
-        if (attempt >= ST_POOL_MAX_ATTEMPTS)
-            return st_error_set(e, "step failed: workers died %u times in a row (poison request?)", attempt);
+    p->cmd = cmd;
+    p->res = res;
+    p->attempt = 1;
+    launch(p);
+    return 0;
+}
+
+// Whether a rank still owes the step in flight its reply.
+static bool waiting(struct st_pool *p)
+{
+    bool w = false;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        p->any_dead |= p->r[i].dead;
+        w |= !p->r[i].done && !p->r[i].dead;
     }
+    return w;
+}
+
+// Every rank replied or died: the step is done, failed, or replayed.
+static int settle(struct st_pool *p, struct st_error *e)
+{
+    struct st_step_result *res = p->res;
+    bool aborted = false;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) aborted |= p->r[i].aborted;
+    if (!p->any_dead && !aborted) {
+        p->cmd = NULL;
+        if (p->err[0]) return st_error_set(e, "%s", p->err);
+        return 1;
+    }
+    // Replace the dead on their CPUs, make the barrier usable, replay.
+    uint64_t died = UINT64_MAX;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].dead || p->r[i].aborted)
+            fprintf(stderr, "coordinator: set %u step %llu attempt %u: worker %u %s%s%s\n", p->cfg.node,
+                    (unsigned long long)p->cmd->step_id, p->attempt, i, p->r[i].dead ? "died" : "aborted",
+                    p->err[0] ? ": " : "", p->err);
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
+        if (p->r[i].dead) {
+            if (p->r[i].died_ns && p->r[i].died_ns < died) died = p->r[i].died_ns;
+            reap(p, i);
+            p->r[i].dead = false;
+            p->restarts++;
+            res->restarts++;
+        }
+    if (bring_up(p, p->cfg.start_timeout_ms, e)) {
+        p->cmd = NULL;
+        return -1;
+    }
+    st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
+    if (died != UINT64_MAX) p->last_replace_s = (now_ns() - died) * 1e-9;
+    if (p->attempt >= ST_POOL_MAX_ATTEMPTS) {
+        p->cmd = NULL;
+        return st_error_set(e, "step failed: workers died %u times in a row (poison request?)", p->attempt);
+    }
+    p->attempt++;
+    launch(p);
+    return 0;
+}
+
+int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e)
+{
+    if (!p->cmd) return st_error_set(e, "worker set %u runs no step", p->cfg.node);
+    if (waiting(p)) {
+        // A death: abort the barrier so the survivors leave the step.
+        if (p->any_dead && !st_barrier_aborted(&p->cfg.ctl->barrier)) st_barrier_abort(&p->cfg.ctl->barrier);
+        poll_once(p, timeout_ms, p->cmd->step_id, p->res, p->err, sizeof p->err);
+        check_hang(p, p->cmd->step_id);
+        if (waiting(p)) return 0;
+    }
+    return settle(p, e);
+}
+
+int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e)
+{
+    if (st_pool_submit(p, cmd, res, e)) return -1;
+    int rc;
+    while ((rc = st_pool_progress(p, 20, e)) == 0) {}
+    return rc < 0 ? -1 : 0;
+}
+
+int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items, int cap)
+{
+    int n = 0;
+    if (n < cap) items[n++] = (zmq_pollitem_t){p->router, 0, ZMQ_POLLIN, 0};
+    for (uint32_t i = 0; i <= SPARE; i++)
+        if ((i < p->cfg.n_ranks || i == SPARE) && p->r[i].pidfd >= 0 && n < cap)
+            items[n++] = (zmq_pollitem_t){NULL, p->r[i].pidfd, ZMQ_POLLIN, 0};
+    return n;
 }
 
 void st_pool_service(struct st_pool *p, int timeout_ms)
 {
+    if (p->cmd) return; // its events belong to the step's progress
     poll_once(p, timeout_ms, 0, NULL, NULL, 0);
     bool any = false;
     uint64_t hb_limit = (uint64_t)p->cfg.hang_ms * 1000000u, t = now_ns();

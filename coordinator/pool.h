@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <zmq.h>
+
 #include "common/error.h"
 #include "proto/subternary.pb-c.h"
 #include "shm/workset.h"
@@ -61,8 +63,21 @@ void st_pool_stop(struct st_pool **p);
 // and replaying.  cmd->step_id is assigned here.  On failure e says why.
 int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e);
 
+// The same, without waiting: st_pool_submit sends the step; st_pool_progress
+// handles the set's events for up to timeout_ms and returns 1 when the step
+// is done (res filled), 0 while it runs (or is being replayed), -1 when it
+// failed (e says why).  cmd, what it points at, and res must stay valid until
+// then: a replay sends cmd again.  One step at a time per set, so sets on
+// different nodes run steps side by side.
+int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e);
+int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e);
+// The zmq_poll items that wake a set's step (its router, its workers'
+// pidfds); up to cap, returns how many.
+int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items, int cap);
+#define ST_POOL_POLLITEMS (ST_SET_MAX_RANKS + 2)
+
 // Processes worker events (heartbeats, deaths) for up to timeout_ms; replaces
-// workers that died while idle.
+// workers that died while idle.  Does nothing while a step is in flight.
 void st_pool_service(struct st_pool *p, int timeout_ms);
 
 // zmq_poll items the pool wants watched (router + pidfds) and the idle hook.

@@ -19,6 +19,15 @@
 #define RECV_BATCH 256          // messages handled per wake-up before work resumes
 #define SERVICE_EVERY_NS 20000000u // worker liveness checks while busy
 #define IDLE_POLL_MS 20
+#define STEP_POLL_MS 20         // the longest wait while steps run (their liveness checks)
+
+// The step in flight on one node's worker set.  Sets on different nodes run
+// steps side by side; the loop below waits on all of them and the clients.
+struct node_step {
+    struct st_srv_req *r;       // NULL: the set is free
+    struct st_step_result res;
+    uint32_t drafted, accepted; // the session's counts before the step
+};
 
 struct st_server {
     struct st_server_config cfg;
@@ -36,6 +45,7 @@ struct st_server {
     size_t text_cap;
     uint32_t prefill_slice;
     uint64_t next_service_ns;
+    struct node_step step[ST_ENGINE_MAX_NODES];
     char target_name[256], draft_name[256];
 };
 
@@ -202,29 +212,19 @@ static size_t round_text(struct st_server *s, const int32_t *ids, int n)
     return at;
 }
 
-// One unit of r's work: a prefill slice, or a round whose tokens stream out.
-static void run_unit(struct st_server *s, struct st_srv_req *r)
+// After a step of r's (n: the tokens a round committed, -1 on error): its
+// tokens stream out, and the request ends if the session did.
+static void step_finished(struct st_server *s, struct st_srv_req *r, const struct node_step *ns, int n,
+                          enum st_finish fin, const struct st_error *e)
 {
-    struct st_session *ses = r->session;
-    struct st_error e = {{0}};
-    struct st_session_stats before = *st_session_stats(ses);
-    enum st_finish fin = ST_FINISH_NONE;
-    int n = 0;
-    r->stepping = true;
-    if (!st_session_prefilled(ses)) {
-        bool done;
-        if (st_session_prefill_some(ses, s->prefill_slice, &done, &e)) n = -1;
-    } else {
-        n = st_session_round(ses, s->ids, s->ids_cap, &fin, &e);
-    }
     if (st_srv_after_step(&s->core, r)) return; // cancelled or its client left meanwhile
     if (n < 0) {
-        fprintf(stderr, "serve: request %s failed: %s\n", r->id, e.msg);
-        st_srv_fail(&s->core, r, SUBTERNARY__ERROR_CODE__ERR_INTERNAL, "%s", e.msg);
+        fprintf(stderr, "serve: request %s failed: %s\n", r->id, e->msg);
+        st_srv_fail(&s->core, r, SUBTERNARY__ERROR_CODE__ERR_INTERNAL, "%s", e->msg);
         return;
     }
-    const struct st_session_stats *st = st_session_stats(ses);
-    st_srv_count_round(&s->core, (uint32_t)n, st->drafted - before.drafted, st->accepted - before.accepted,
+    const struct st_session_stats *st = st_session_stats(r->session);
+    st_srv_count_round(&s->core, (uint32_t)n, st->drafted - ns->drafted, st->accepted - ns->accepted,
                        st_srv_now_ns());
     if (n > 0 && st_srv_chunk(&s->core, r, s->ids, (uint32_t)n, s->text, round_text(s, s->ids, n))) return;
     if (fin != ST_FINISH_NONE) {
@@ -233,9 +233,74 @@ static void run_unit(struct st_server *s, struct st_srv_req *r)
         if (!s->cfg.quiet)
             fprintf(stderr, "serve: request %s: %u tokens in %.3f s, %u rounds, acceptance %.2f, node %u\n", r->id,
                     st->tokens, st->seconds, st->rounds, st->drafted ? (double)st->accepted / st->drafted : 0.0,
-                    st_session_node(ses));
+                    st_session_node(r->session));
         st_srv_finish(&s->core, r, &d);
     }
+}
+
+// Starts r's next step (a prefill slice, the draft's backlog, or a round) on
+// its node's set.  A session that ends without a step ends here.
+static void start_step(struct st_server *s, struct st_srv_req *r)
+{
+    struct st_session *ses = r->session;
+    struct node_step *ns = &s->step[st_session_node(ses)];
+    struct st_error e = {{0}};
+    enum st_finish fin;
+    Subternary__StepCommand *cmd;
+    const struct st_session_stats *st = st_session_stats(ses);
+    ns->drafted = st->drafted;
+    ns->accepted = st->accepted;
+    r->stepping = true;
+    int rc = st_session_plan(ses, s->prefill_slice, &cmd, &fin, &e);
+    if (rc == 1 && st_pool_submit(s->eng->node[st_session_node(ses)].pool, cmd, &ns->res, &e) == 0) {
+        ns->r = r;
+        return;
+    }
+    step_finished(s, r, ns, rc == 0 ? 0 : -1, fin, &e);
+}
+
+// Handles node i's set for up to timeout_ms; finishes its step when done.
+static void progress_step(struct st_server *s, uint32_t i, int timeout_ms)
+{
+    struct node_step *ns = &s->step[i];
+    struct st_error e = {{0}};
+    enum st_finish fin = ST_FINISH_NONE;
+    int rc = st_pool_progress(s->eng->node[i].pool, timeout_ms, &e);
+    if (rc == 0) return;
+    struct st_srv_req *r = ns->r;
+    ns->r = NULL;
+    int n = rc < 0 ? -1 : st_session_step_done(r->session, &ns->res, s->ids, s->ids_cap, &fin, &e);
+    step_finished(s, r, ns, n, fin, &e);
+}
+
+static bool on_node(void *ctx, const struct st_srv_req *r)
+{
+    return r->session && st_session_node(r->session) == *(const uint32_t *)ctx;
+}
+
+// Gives every free set the next request placed on its node.
+static void start_free_sets(struct st_server *s)
+{
+    for (uint32_t i = 0; i < s->eng->n_nodes; i++) {
+        if (s->step[i].r) continue;
+        struct st_srv_req *r = st_srv_next(&s->core, on_node, &i);
+        if (r) start_step(s, r);
+    }
+}
+
+static bool any_step(const struct st_server *s)
+{
+    for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+        if (s->step[i].r) return true;
+    return false;
+}
+
+// Lets the steps in flight end (a step ends, is replayed, or fails within
+// the sets' liveness limits), so no session is released under a step.
+static void finish_steps(struct st_server *s)
+{
+    for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+        while (s->step[i].r) progress_step(s, i, STEP_POLL_MS);
 }
 
 // ipc endpoints must live in a directory only we can enter: anyone who can
@@ -358,26 +423,40 @@ int st_server_run(struct st_server *s, volatile sig_atomic_t *stop, struct st_er
 {
     struct st_srv_core *c = &s->core;
     while (!*stop) {
-        bool work = c->active.n || (c->queued.n && c->active.n < c->lim.slots);
-        zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, 2, work ? 0 : IDLE_POLL_MS) < 0 && errno != EINTR) {
+        uint64_t now = st_srv_now_ns();
+        st_srv_expire(c, now);
+        admit(s);
+        start_free_sets(s);
+        bool busy = any_step(s);
+        // A request that is neither stepping nor waiting for a set can only
+        // be one that start_free_sets just ended or could not place: look again at once.
+        bool more = c->active.n && !busy;
+        zmq_pollitem_t it[2 + ST_ENGINE_MAX_NODES * ST_POOL_POLLITEMS] = {{s->sock, 0, ZMQ_POLLIN, 0},
+                                                                           {s->mon, 0, ZMQ_POLLIN, 0}};
+        int n_it = 2;
+        for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+            if (s->step[i].r)
+                n_it += st_pool_pollitems(s->eng->node[i].pool, it + n_it, ST_POOL_POLLITEMS);
+        if (zmq_poll(it, n_it, more ? 0 : busy ? STEP_POLL_MS : IDLE_POLL_MS) < 0 && errno != EINTR) {
             st_error_set(e, "zmq_poll(%s): %s", s->endpoint, zmq_strerror(errno));
+            finish_steps(s);
             st_srv_shutdown(c);
             return -1;
         }
         drain_monitor(s);
         drain_clients(s);
-        uint64_t now = st_srv_now_ns();
-        if (!work || now >= s->next_service_ns) {
-            // Heartbeats, and workers that died between steps are replaced.
-            for (uint32_t i = 0; i < s->eng->n_nodes; i++) st_pool_service(s->eng->node[i].pool, 0);
+        for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+            if (s->step[i].r) progress_step(s, i, 0);
+        now = st_srv_now_ns();
+        if (!busy || now >= s->next_service_ns) {
+            // Heartbeats, and workers that died between steps are replaced
+            // (a set with a step in flight watches its workers itself).
+            for (uint32_t i = 0; i < s->eng->n_nodes; i++)
+                if (!s->step[i].r) st_pool_service(s->eng->node[i].pool, 0);
             s->next_service_ns = now + SERVICE_EVERY_NS;
         }
-        st_srv_expire(c, now);
-        admit(s);
-        struct st_srv_req *r = st_srv_next(c);
-        if (r) run_unit(s, r);
     }
+    finish_steps(s);
     st_srv_shutdown(c);
     return 0;
 }

@@ -1,11 +1,13 @@
 // The server: a ZeroMQ ROUTER socket for clients (tcp:// or ipc://, optional
 // CURVE with an allow-list checked by a ZAP handler) in front of an engine.
-// One thread runs the loop: receive and dispatch client messages, admit
-// queued requests into free KV slots, and run one unit of work (a prefill
-// slice or a speculative round) of the active sessions in round-robin order,
-// streaming each round's tokens as one TokenChunk.  While a step runs, the
-// worker pool calls back into the server to serve the client socket, so a
-// cancel or a flood of bad messages is handled at once.
+// One thread runs one event loop: receive and dispatch client messages, admit
+// queued requests into free KV slots, and keep every node's worker set busy
+// with one step (a prefill slice, the draft's backlog, or a speculative
+// round) of the active sessions placed on that node, in round-robin order.
+// Sets on different nodes run their steps side by side; the loop waits on
+// the clients and on every set at once, and streams each round's tokens as
+// one TokenChunk.  A worker replacement inside a step still calls back into
+// the server to serve the client socket.
 #ifndef ST_COORDINATOR_SERVER_H
 #define ST_COORDINATOR_SERVER_H
 

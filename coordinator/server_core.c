@@ -437,11 +437,15 @@ struct st_srv_req *st_srv_admit(struct st_srv_core *c)
     return r;
 }
 
-struct st_srv_req *st_srv_next(struct st_srv_core *c)
+struct st_srv_req *st_srv_next(struct st_srv_core *c, st_srv_pick_fn ok, void *ctx)
 {
     struct st_srv_req *r = c->rr ? c->rr : c->active.head;
-    if (r) c->rr = r->next;
-    return r;
+    for (uint32_t k = 0; r && k < c->active.n; k++, r = r->next ? r->next : c->active.head)
+        if (!r->stepping && (!ok || ok(ctx, r))) {
+            c->rr = r->next;
+            return r;
+        }
+    return NULL;
 }
 
 void st_srv_expire(struct st_srv_core *c, uint64_t now_ns)

@@ -149,8 +149,10 @@ void st_srv_dispatch(struct st_srv_core *c, const struct st_srv_frames *f, int f
 // The oldest queued request moves to ACTIVE (the caller then gives it a
 // session); NULL if the queue is empty or every slot is taken.
 struct st_srv_req *st_srv_admit(struct st_srv_core *c);
-// The next active request in round-robin order (NULL if none).
-struct st_srv_req *st_srv_next(struct st_srv_core *c);
+// The next active request in round-robin order that is not in a step and
+// that ok accepts (every one if ok is NULL); NULL if none.
+typedef bool (*st_srv_pick_fn)(void *ctx, const struct st_srv_req *r);
+struct st_srv_req *st_srv_next(struct st_srv_core *c, st_srv_pick_fn ok, void *ctx);
 // After r's step: if r was cancelled or dropped meanwhile, it is retired now
 // and this returns true (r is then gone).
 bool st_srv_after_step(struct st_srv_core *c, struct st_srv_req *r);

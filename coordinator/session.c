@@ -27,6 +27,18 @@ struct st_session {
     char *text;               // detokenised output (stop strings)
     size_t text_len, text_cap;
     struct st_session_stats st;
+    // The step planned or in flight (st_session_plan .. st_session_step_done).
+    enum { PEND_NONE, PEND_PREFILL, PEND_ROUND } pend;
+    Subternary__StepCommand cmd;
+    Subternary__Sampling sm;
+    uint32_t pend_model, pend_to; // a prefill step: its model, the committed length after it
+    uint32_t pre_to;          // end of the prompt slice being prefilled
+    double t0;                // a prefill step's start
+    // A round decided before its draft caught up (steps of their own).
+    bool decided, catching_up, spec, probe;
+    uint32_t K;
+    uint64_t seed;
+    double round_t0;
 };
 
 // A session's acceptance estimates start from its node's, worth at most
@@ -124,49 +136,80 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     return st_error_set(e, "no free KV slot");
 }
 
-static int prefill_model(struct st_session *s, uint32_t model, uint32_t from, uint32_t to, struct st_error *e)
+static void prefill_cmd(struct st_session *s, uint32_t model, uint32_t at, uint32_t to)
 {
-    struct st_engine *eng = s->eng;
-    for (uint32_t at = from; at < to;) {
-        uint32_t n = to - at < eng->m_max * 8 ? to - at : eng->m_max * 8;
-        Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
-        cmd.kind = SUBTERNARY__STEP_KIND__STEP_PREFILL;
-        cmd.slot = s->slot;
-        cmd.model = model;
-        cmd.n_tokens = n;
-        cmd.tokens = (uint32_t *)(s->tokens + at);
-        cmd.pos = at;
-        struct st_step_result res;
-        if (st_engine_step(eng, s->node, &cmd, &res, e)) return -1;
-        s->st.restarts += res.restarts;
-        if (st_kv_commit(&eng->node[s->node].kv, s->slot, model, at + n, e)) return -1;
-        at += n;
+    subternary__step_command__init(&s->cmd);
+    s->cmd.kind = SUBTERNARY__STEP_KIND__STEP_PREFILL;
+    s->cmd.slot = s->slot;
+    s->cmd.model = model;
+    s->cmd.n_tokens = to - at;
+    s->cmd.tokens = (uint32_t *)(s->tokens + at);
+    s->cmd.pos = at;
+    s->pend = PEND_PREFILL;
+    s->pend_model = model;
+    s->pend_to = to;
+    s->t0 = now_s();
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+// Everything but the last prompt token is prefilled (that one is pending and
+// goes through the first round's rows).
+static bool prompt_done(const struct st_session *s)
+{
+    uint32_t n = s->n_prompt - 1;
+    return s->t == n && (!s->gp.speculate || s->dc == n);
+}
+
+// Plans the prompt's next step, in slices of at most max_tokens (the
+// target's part of a slice, then the draft's) and steps of a prefill batch;
+// false when the prompt is prefilled.
+static bool plan_prefill(struct st_session *s, uint32_t max_tokens)
+{
+    if (s->prefilled) return false;
+    if (prompt_done(s)) {
+        s->prefilled = true;
+        return false;
     }
+    uint32_t n = s->n_prompt - 1, batch = s->eng->m_max * 8;
+    if (s->t == s->pre_to && (!s->gp.speculate || s->dc == s->pre_to))
+        s->pre_to = n - s->pre_to > max_tokens ? s->pre_to + max_tokens : n;
+    if (s->t < s->pre_to) prefill_cmd(s, ST_MODEL_TARGET, s->t, min_u32(s->pre_to, s->t + batch));
+    else prefill_cmd(s, ST_MODEL_DRAFT, s->dc, min_u32(s->pre_to, s->dc + batch));
+    return true;
+}
+
+static int prefill_done(struct st_session *s, struct st_error *e)
+{
+    if (st_kv_commit(&s->eng->node[s->node].kv, s->slot, s->pend_model, s->pend_to, e)) return -1;
+    if (s->pend_model == ST_MODEL_TARGET) s->t = s->pend_to;
+    else s->dc = s->pend_to;
+    if (s->catching_up) { // the draft's backlog before a round: the round's time
+        s->catching_up = s->dc < s->t;
+        return 0;
+    }
+    s->st.prompt_seconds += now_s() - s->t0;
+    if (prompt_done(s)) s->prefilled = true;
     return 0;
 }
 
-int st_session_prefill_some(struct st_session *s, uint32_t max_tokens, bool *done, struct st_error *e)
+// Runs the planned step and applies it (the blocking form of the two).
+static int run_planned(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e)
 {
-    double t0 = now_s();
-    // Everything but the last prompt token: that one is pending and goes
-    // through the first round's verify (and draft) rows.  s->t and s->dc
-    // track how far each model got.
-    uint32_t n = s->n_prompt - 1;
-    uint32_t to = n - s->t > max_tokens ? s->t + max_tokens : n;
-    if (to > s->t && prefill_model(s, ST_MODEL_TARGET, s->t, to, e)) return -1;
-    if (s->gp.speculate && to > s->dc && prefill_model(s, ST_MODEL_DRAFT, s->dc, to, e)) return -1;
-    s->t = to;
-    if (s->gp.speculate) s->dc = to;
-    s->st.prompt_seconds += now_s() - t0;
-    *done = s->prefilled = to == n;
-    return 0;
+    struct st_step_result res;
+    if (st_engine_step(s->eng, s->node, &s->cmd, &res, e)) {
+        s->pend = PEND_NONE;
+        s->decided = s->catching_up = false;
+        return -1;
+    }
+    return st_session_step_done(s, &res, out, cap, finish, e);
 }
 
 int st_session_prefill(struct st_session *s, struct st_error *e)
 {
-    bool done = false;
-    while (!done)
-        if (st_session_prefill_some(s, UINT32_MAX, &done, e)) return -1;
+    enum st_finish fin;
+    while (plan_prefill(s, UINT32_MAX))
+        if (run_planned(s, NULL, 0, &fin, e) < 0) return -1;
     return 0;
 }
 
@@ -267,76 +310,91 @@ static void commit(struct st_session *s, uint32_t model, uint32_t n, struct st_e
     s->st.commits++;
 }
 
-int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e)
+// Decides the next round (speculative or not, K, its random numbers), then
+// plans its steps: the draft's backlog first when it is longer than a
+// forward's rows, then the round.  Returns 0 when the context is full.
+static int plan_round(struct st_session *s, enum st_finish *finish)
 {
     struct st_engine *eng = s->eng;
     struct st_engine_node *nd = &eng->node[s->node];
-    *finish = ST_FINISH_NONE;
-    if (!s->prefilled && st_session_prefill(s, e)) return -1;
-    uint32_t room = eng->n_ctx - 1 - s->t; // positions left after the pending token
-    if (room == 0 || s->n_tokens >= eng->n_ctx) {
-        *finish = ST_FINISH_CONTEXT;
-        return 0;
-    }
-    bool greedy = st_sampling_greedy(&s->gp.sampling);
-    bool probe = s->gp.speculate && st_governor_probe_due(&s->gov);
-    bool spec = s->gp.speculate && (s->gov.drafting || probe);
-    // Adaptive K needs the cost of a target-only step: measure it once per node.
-    if (spec && !s->gp.k && nd->ema_ar <= 0) spec = false;
-    uint32_t K = spec ? choose_k(s, room) : 0;
-    if (probe && K > 2) K = 2; // a probe only measures acceptance: keep it cheap
-    if (K == 0) spec = false;
-    // A round's random numbers are keyed by where it starts: positions only
-    // grow, so no two rounds share them, a replayed round draws the same,
-    // and the same seed and rounds give the same tokens in any session.
-    uint64_t seed = mix(s->gp.seed, s->t);
-    Subternary__Sampling sm;
-    sampling_msg(&s->gp, &sm);
-    Subternary__StepCommand cmd = SUBTERNARY__STEP_COMMAND__INIT;
-    cmd.slot = s->slot;
-    cmd.sampling = &sm;
-    cmd.seed = seed;
-    cmd.want_probs = !greedy;
-    cmd.want_timings = s->gp.profile;
-    cmd.verify_pos = s->t;
-    cmd.verify_token = (uint32_t)s->tokens[s->t];
-    struct st_step_result res;
-    double t0 = now_s();
-    if (spec) {
+    if (!s->decided) {
+        uint32_t room = eng->n_ctx - 1 - s->t; // positions left after the pending token
+        if (room == 0 || s->n_tokens >= eng->n_ctx) {
+            *finish = ST_FINISH_CONTEXT;
+            return 0;
+        }
+        s->probe = s->gp.speculate && st_governor_probe_due(&s->gov);
+        s->spec = s->gp.speculate && (s->gov.drafting || s->probe);
+        // Adaptive K needs the cost of a target-only step: measure it once per node.
+        if (s->spec && !s->gp.k && nd->ema_ar <= 0) s->spec = false;
+        s->K = s->spec ? choose_k(s, room) : 0;
+        if (s->probe && s->K > 2) s->K = 2; // a probe only measures acceptance: keep it cheap
+        if (s->K == 0) s->spec = false;
+        // A round's random numbers are keyed by where it starts: positions only
+        // grow, so no two rounds share them, a replayed round draws the same,
+        // and the same seed and rounds give the same tokens in any session.
+        s->seed = mix(s->gp.seed, s->t);
+        s->round_t0 = now_s();
+        s->decided = true;
         // The draft catches up on the tokens it has not seen (after suspended
         // rounds) inside the round's first forward; only a backlog longer
-        // than a forward's rows takes a prefill step first.
-        if (s->t - s->dc + 1 > eng->m_max) {
-            if (prefill_model(s, ST_MODEL_DRAFT, s->dc, s->t, e)) return -1;
-            s->dc = s->t;
-        }
-        cmd.kind = SUBTERNARY__STEP_KIND__STEP_ROUND;
-        cmd.tokens = (uint32_t *)(s->tokens + s->dc);
-        cmd.n_tokens = s->t - s->dc + 1;
-        cmd.pos = s->dc;
-        cmd.k = K;
-        cmd.draft_p_min = s->gp.draft_p_min;
-        cmd.draft_window = s->gp.draft_window;
-    } else {
-        cmd.kind = SUBTERNARY__STEP_KIND__STEP_VERIFY;
+        // than a forward's rows takes prefill steps first.
+        s->catching_up = s->spec && s->t - s->dc + 1 > eng->m_max;
     }
-    if (st_engine_step(eng, s->node, &cmd, &res, e)) return -1;
-    double dt = now_s() - t0;
-    s->st.restarts += res.restarts;
+    if (s->catching_up) {
+        prefill_cmd(s, ST_MODEL_DRAFT, s->dc, min_u32(s->t, s->dc + eng->m_max * 8));
+        return 1;
+    }
+    sampling_msg(&s->gp, &s->sm);
+    Subternary__StepCommand *cmd = &s->cmd;
+    subternary__step_command__init(cmd);
+    cmd->slot = s->slot;
+    cmd->sampling = &s->sm;
+    cmd->seed = s->seed;
+    cmd->want_probs = !st_sampling_greedy(&s->gp.sampling);
+    cmd->want_timings = s->gp.profile;
+    cmd->verify_pos = s->t;
+    cmd->verify_token = (uint32_t)s->tokens[s->t];
+    if (s->spec) {
+        cmd->kind = SUBTERNARY__STEP_KIND__STEP_ROUND;
+        cmd->tokens = (uint32_t *)(s->tokens + s->dc);
+        cmd->n_tokens = s->t - s->dc + 1;
+        cmd->pos = s->dc;
+        cmd->k = s->K;
+        cmd->draft_p_min = s->gp.draft_p_min;
+        cmd->draft_window = s->gp.draft_window;
+    } else {
+        cmd->kind = SUBTERNARY__STEP_KIND__STEP_VERIFY;
+    }
+    s->pend = PEND_ROUND;
+    return 1;
+}
+
+// Accepts, commits and emits the round the workers ran.
+static int round_done(struct st_session *s, const struct st_step_result *res, int32_t *out, uint32_t cap,
+                      enum st_finish *finish, struct st_error *e)
+{
+    struct st_engine *eng = s->eng;
+    struct st_engine_node *nd = &eng->node[s->node];
+    bool greedy = st_sampling_greedy(&s->gp.sampling), spec = s->spec, probe = s->probe;
+    uint32_t K = s->K;
+    uint64_t seed = s->seed;
+    s->decided = false;
+    double dt = now_s() - s->round_t0;
     s->st.steps++;
-    s->st.barriers += res.barriers;
-    for (uint32_t k = 0; k < res.n_ops; k++) { // accumulate by (model, op name)
+    s->st.barriers += res->barriers;
+    for (uint32_t k = 0; k < res->n_ops; k++) { // accumulate by (model, op name)
         uint32_t j = 0;
-        while (j < s->st.n_ops && (s->st.op_model[j] != res.op_model[k] || strcmp(s->st.op_names[j], res.op_names[k])))
+        while (j < s->st.n_ops && (s->st.op_model[j] != res->op_model[k] || strcmp(s->st.op_names[j], res->op_names[k])))
             j++;
         if (j == s->st.n_ops) {
             if (j == ST_POOL_MAX_OPS) continue;
             s->st.n_ops++;
-            s->st.op_model[j] = res.op_model[k];
-            memcpy(s->st.op_names[j], res.op_names[k], sizeof s->st.op_names[j]);
+            s->st.op_model[j] = res->op_model[k];
+            memcpy(s->st.op_names[j], res->op_names[k], sizeof s->st.op_names[j]);
         }
-        s->st.op_seconds[j] += res.op_seconds[k];
-        s->st.op_bytes[j] += res.op_bytes[k];
+        s->st.op_seconds[j] += res->op_seconds[k];
+        s->st.op_bytes[j] += res->op_bytes[k];
     }
     const struct st_scratch_layout *sl = &nd->sl;
     // The workers' own split of the step; the rest of dt (messages,
@@ -395,6 +453,41 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     return (int)n_out;
 }
 
+int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__StepCommand **cmd,
+                    enum st_finish *finish, struct st_error *e)
+{
+    *finish = ST_FINISH_NONE;
+    *cmd = NULL;
+    if (s->pend != PEND_NONE) return st_error_set(e, "session %llu already has a step in flight", (unsigned long long)s->id);
+    if (!plan_prefill(s, max_prefill ? max_prefill : 1) && !plan_round(s, finish)) return 0;
+    *cmd = &s->cmd;
+    return 1;
+}
+
+int st_session_step_done(struct st_session *s, const struct st_step_result *res, int32_t *out, uint32_t cap,
+                         enum st_finish *finish, struct st_error *e)
+{
+    *finish = ST_FINISH_NONE;
+    int pend = s->pend;
+    s->pend = PEND_NONE;
+    s->st.restarts += res->restarts;
+    if (pend == PEND_PREFILL) return prefill_done(s, e) ? -1 : 0;
+    if (pend == PEND_ROUND) return round_done(s, res, out, cap, finish, e);
+    return st_error_set(e, "session %llu has no step in flight", (unsigned long long)s->id);
+}
+
+int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e)
+{
+    *finish = ST_FINISH_NONE;
+    if (st_session_prefill(s, e)) return -1;
+    for (;;) {
+        if (!plan_round(s, finish)) return 0;
+        bool round = s->pend == PEND_ROUND;
+        int n = run_planned(s, out, cap, finish, e);
+        if (n < 0 || round) return n;
+    }
+}
+
 int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, struct st_error *e)
 {
     struct st_kv *kv = &s->eng->node[s->node].kv;
@@ -407,6 +500,8 @@ int st_session_rewind(struct st_session *s, const struct st_gen_params *gp, stru
         s->dc = d;
     }
     params_of(s, gp);
+    s->pend = PEND_NONE;
+    s->decided = s->catching_up = false;
     s->t = base;
     s->n_tokens = s->n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
@@ -452,7 +547,6 @@ double st_session_stats_op_order(const struct st_session_stats *st, uint32_t *or
 }
 uint32_t st_session_node(const struct st_session *s) { return s->node; }
 uint32_t st_session_slot(const struct st_session *s) { return s->slot; }
-bool st_session_prefilled(const struct st_session *s) { return s->prefilled; }
 
 const int32_t *st_session_output(const struct st_session *s, uint32_t *n)
 {

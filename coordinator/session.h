@@ -70,18 +70,28 @@ struct st_session;
 // error naming the lengths.
 int st_session_start(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
                      uint64_t session_id, struct st_session **out, struct st_error *e);
-// Reserves the slot only (the server prefills with st_session_prefill).
+// Reserves the slot only (the server then runs the session step by step).
 int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
                    uint64_t session_id, struct st_session **out, struct st_error *e);
 int st_session_prefill(struct st_session *s, struct st_error *e);
-// Prefills at most max_tokens more prompt tokens (one or two steps), so a
-// scheduler can interleave other sessions' rounds with a long prompt.
-// *done becomes true when the prompt is fully prefilled.
-int st_session_prefill_some(struct st_session *s, uint32_t max_tokens, bool *done, struct st_error *e);
 
 // One round: appends 1..K+1 tokens to *out (up to cap) and returns how many,
 // or -1 on error.  *finish says whether the session ended.
 int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e);
+
+// The same work one worker-set step at a time, for a scheduler that keeps
+// several nodes' sets busy at once (the server).  st_session_plan returns 1
+// with *cmd the session's next step: a slice of at most max_prefill prompt
+// tokens while the prompt is not prefilled, the draft's backlog, or a round.
+// *cmd and what it points at belong to the session and stay valid until
+// st_session_step_done.  It returns 0 when the session ends without a step
+// (*finish: the context is full), -1 on error.  st_session_step_done applies
+// the step's result: it returns how many tokens a round appended to out (0
+// for other steps) and sets *finish, or -1 on error.
+int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__StepCommand **cmd,
+                    enum st_finish *finish, struct st_error *e);
+int st_session_step_done(struct st_session *s, const struct st_step_result *res, int32_t *out, uint32_t cap,
+                         enum st_finish *finish, struct st_error *e);
 
 // Rolls the session back to its prompt (one committed-length store per
 // model: nothing is copied or cleared) and restarts generation with new
@@ -95,7 +105,6 @@ const struct st_session_stats *st_session_stats(const struct st_session *s);
 double st_session_stats_op_order(const struct st_session_stats *st, uint32_t *order);
 uint32_t st_session_node(const struct st_session *s);
 uint32_t st_session_slot(const struct st_session *s);
-bool st_session_prefilled(const struct st_session *s);
 // Generated ids so far.
 const int32_t *st_session_output(const struct st_session *s, uint32_t *n);
 

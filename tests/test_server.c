@@ -322,6 +322,54 @@ static void test_two_nodes(void **state)
     assert_int_equal(st_test_server_stop(&s), 0);
 }
 
+// Sets on different nodes run their steps side by side: while node 0's only
+// worker is stopped (SIGSTOP, its step waits on it; the hang limit is far
+// off), node 1's session keeps streaming; node 0's resumes when the worker
+// does, and both outputs are the greedy reference.
+static void test_nodes_side_by_side(void **state)
+{
+    (void)state;
+    struct st_test_server s;
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--hang-ms", "120000", NULL};
+    assert_int_equal(st_test_server_start(&s, args), 0);
+    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
+    static struct st_test_result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    // The first session goes to node 0 (the fewest sessions, lowest index).
+    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
+    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
+    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    pid_t w[4];
+    assert_int_equal(st_test_children(s.pid, "--rank 0 --node 0 ", w, 4), 1);
+    assert_int_equal(kill(w[0], SIGSTOP), 0);
+    // What node 0 sent before the stop arrives; then at most the step that
+    // was in flight ends there.
+    usleep(300000);
+    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
+    int a_stopped = ra.chunks, b_stopped = rb.chunks;
+    while (rb.chunks < b_stopped + 20) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    usleep(100000);
+    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
+    printf("  node 0 stopped: node 1 streamed %d chunks, node 0 %d\n", rb.chunks - b_stopped,
+           ra.chunks - a_stopped);
+    assert_true(ra.chunks <= a_stopped + 1);
+    assert_int_equal(kill(w[0], SIGCONT), 0);
+    int a_resumed = ra.chunks;
+    while (ra.chunks < a_resumed + 5) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    assert_int_equal(st_client_cancel(a, "n0"), 0);
+    assert_int_equal(st_client_cancel(b, "n1"), 0);
+    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
+    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
+    assert_int_equal(ra.gaps + rb.gaps, 0);
+    assert_true(agrees(&ra, 0));
+    assert_true(agrees(&rb, 1));
+    st_client_close(&a);
+    st_client_close(&b);
+    assert_int_equal(st_test_server_stop(&s), 0);
+}
+
 static void test_config_file(void **state)
 {
     (void)state;
@@ -546,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_stats_prom_health),
         cmocka_unit_test(test_deadline_and_cli_cancel),
         cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_nodes_side_by_side),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_ipc_endpoint),
         cmocka_unit_test(test_shutdown),

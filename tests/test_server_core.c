@@ -129,6 +129,12 @@ static Subternary__Error *error_at(int i)
     return replies[i].env->error;
 }
 
+static bool not_c(void *ctx, const struct st_srv_req *r)
+{
+    (void)ctx;
+    return strcmp(r->id, "c") != 0;
+}
+
 static void test_queue_busy_round_robin(void **state)
 {
     (void)state;
@@ -150,18 +156,29 @@ static void test_queue_busy_round_robin(void **state)
     assert_string_equal(b->id, "b");
     assert_int_equal(C.queued.n, 2);
     // Round-robin: a b a b ...
-    assert_ptr_equal(st_srv_next(&C), a);
-    assert_ptr_equal(st_srv_next(&C), b);
-    assert_ptr_equal(st_srv_next(&C), a);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), a);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), b);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), a);
     // a finishes: c takes its slot and joins the rotation.
     Subternary__Done d = SUBTERNARY__DONE__INIT;
     st_srv_finish(&C, a, &d);
     assert_int_equal(released, 1);
     struct st_srv_req *c = admit();
     assert_string_equal(c->id, "c");
-    assert_ptr_equal(st_srv_next(&C), b);
-    assert_ptr_equal(st_srv_next(&C), c);
-    assert_ptr_equal(st_srv_next(&C), b);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), b);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), c);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), b);
+    // A request in a step is passed over, and so is one the caller refuses
+    // (the server asks for a request of a free node's).
+    b->stepping = true;
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), c);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), c);
+    c->stepping = true;
+    assert_null(st_srv_next(&C, NULL, NULL));
+    b->stepping = c->stepping = false;
+    assert_ptr_equal(st_srv_next(&C, not_c, NULL), b);
+    assert_ptr_equal(st_srv_next(&C, not_c, NULL), b);
+    assert_ptr_equal(st_srv_next(&C, NULL, NULL), c);
     assert_int_equal(C.c.sessions_peak, 2);
     assert_int_equal(C.c.queued_peak, 2);
 }

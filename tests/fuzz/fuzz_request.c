@@ -136,7 +136,7 @@ static void fz_message(struct st_srv_core *c, struct fz *z)
 // it streams, finishes or fails.
 static void fz_step(struct st_srv_core *c, struct fz *z)
 {
-    struct st_srv_req *r = st_srv_next(c);
+    struct st_srv_req *r = st_srv_next(c, NULL, NULL);
     int how = fz_byte(z);
     if (!r || how < 0) return;
     r->stepping = true;
