@@ -129,7 +129,8 @@ int st_bench_all(int argc, char **argv)
         int (*fn)(int, char **);
     } suites[] = {{"kernels", st_bench_kernels}, {"shm", st_bench_shm},         {"spec", st_bench_spec},
                   {"ctx", st_bench_ctx},         {"contention", st_bench_contention},
-                  {"governor", st_bench_governor}, {"profile", st_bench_profile}};
+                  {"governor", st_bench_governor}, {"profile", st_bench_profile},
+                  {"nodes", st_bench_nodes}};
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         printf("\n===== bench %s%s\n", suites[i].name, quick ? " --quick" : "");
         fflush(stdout);

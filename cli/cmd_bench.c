@@ -23,6 +23,7 @@ static const struct suite suites[] = {
     {"contention", st_bench_contention, "the same with a CPU hog on one core"},
     {"governor", st_bench_governor, "matching vs non-matching draft, governor on/off"},
     {"profile", st_bench_profile, "per-op attribution of one generation"},
+    {"nodes", st_bench_nodes, "a server's worker sets side by side: one request alone vs one a node at once"},
     {"all", st_bench_all, "every suite (--quick: a short version of each; --compare-llamacpp DIR goes to spec)"},
     {NULL, NULL, NULL},
 };

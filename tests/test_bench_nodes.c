@@ -1,0 +1,72 @@
+// `subternary bench nodes` on the pico pair, two virtual nodes of one worker:
+// the real binary starts its server and workers, runs one request alone and
+// one a node at once, and prints every figure; impossible options are
+// refused by name.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/support/test_support.h"
+
+static char out[1 << 16];
+
+static void expect(const char *what)
+{
+    if (!strstr(out, what)) fail_msg("no '%s' in:\n%s", what, out);
+}
+
+static void test_two_nodes(void **state)
+{
+    (void)state;
+    char target[4096], draft[4096];
+    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
+    st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
+    const char *args[] = {"bench", "nodes", "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
+                          "-n", "24", "--runs", "2", "--nodes", "2", "--workers", "1", "--results", st_tmp("results"),
+                          NULL};
+    int rc = st_run_cli(out, sizeof out, args);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    expect("2 nodes of 1 worker, 2 alternating runs");
+    expect("  run 2: one request ");
+    expect("one request alone:");
+    expect("ratio:");
+    // Figures, not a timing bound: the ratio is positive and finite.
+    const char *r = strstr(out, "ratio:");
+    double ratio = strtod(r + strlen("ratio:"), NULL);
+    assert_true(ratio > 0 && ratio < 100);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/nodes.csv", st_tmp("results"));
+    FILE *f = fopen(csv, "r");
+    assert_non_null(f);
+    char line[256];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) lines++;
+    fclose(f);
+    assert_int_equal(lines, 3); // header and 2 runs
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    const char *one[] = {"bench", "nodes", "--nodes", "1", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, one), 2);
+    expect("--nodes 1");
+    const char *bad[] = {"bench", "nodes", "--no-such-option", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, bad), 2);
+    expect("usage: subternary bench nodes");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);
+}
