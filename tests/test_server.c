@@ -4,8 +4,9 @@
 // (every accepted request correct, the rest busy, nothing lost or
 // duplicated); a seed samples the same tokens again, and a request without
 // one is told the one it got; a short request is not starved by a long one;
-// a retried request id runs once; stats, Prometheus text and health; the
-// config file; an ipc endpoint only in a 0700 directory; a clean SIGTERM
+// a retried request id runs once; stats, Prometheus text and health; two
+// nodes' worker sets stepping side by side (one stopped, the other streams);
+// the config file; an ipc endpoint only in a 0700 directory; a clean SIGTERM
 // shutdown.
 #include <setjmp.h>
 #include <signal.h>
@@ -283,22 +284,27 @@ static void test_deadline_and_cli_cancel(void **state)
     assert_int_equal(st_test_run(inval, out, sizeof out), 1);
 }
 
+// Two virtual nodes of one worker each, one slot per node: two sessions are
+// placed one per node, and the nodes' sets run their steps side by side:
+// while node 0's only worker is stopped (SIGSTOP: its step waits on it; the
+// hang limit is far off), node 1's session keeps streaming; node 0's resumes
+// with the worker, and both outputs are the greedy reference.
 static void test_two_nodes(void **state)
 {
     (void)state;
-    // Two virtual nodes of one worker each, one slot per node: two sessions
-    // are placed one per node.
     struct st_test_server s;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", NULL};
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", "--hang-ms", "120000",
+                          NULL};
     assert_int_equal(st_test_server_start(&s, args), 0);
     struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
     static struct st_test_result ra, rb, rc;
     memset(&ra, 0, sizeof ra);
     memset(&rb, 0, sizeof rb);
     memset(&rc, 0, sizeof rc);
+    // The first session goes to node 0 (the fewest sessions, lowest index).
     assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
-    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
     while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
     while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
     struct st_client_stats st;
     assert_int_equal(st_client_stats(a, &st, 5000), 1);
@@ -307,40 +313,6 @@ static void test_two_nodes(void **state)
     assert_int_equal(st.nodes[0].sessions, 1);
     assert_int_equal(st.nodes[1].sessions, 1);
     assert_int_equal(st.nodes[0].workers, 1);
-    assert_int_equal(st_client_cancel(a, "n0"), 0);
-    assert_int_equal(st_client_cancel(b, "n1"), 0);
-    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
-    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
-    // Greedy output does not depend on the node.
-    assert_true(agrees(&ra, 0));
-    assert_true(agrees(&rb, 1));
-    assert_int_equal(st_test_submit(a, "after", prompts[2], 32, false), 0);
-    assert_int_equal(st_test_wait(a, "after", &rc, 10000), 0);
-    assert_true(st_test_prefix_of(&rc, ref[2], n_ref[2], 32));
-    st_client_close(&a);
-    st_client_close(&b);
-    assert_int_equal(st_test_server_stop(&s), 0);
-}
-
-// Sets on different nodes run their steps side by side: while node 0's only
-// worker is stopped (SIGSTOP, its step waits on it; the hang limit is far
-// off), node 1's session keeps streaming; node 0's resumes when the worker
-// does, and both outputs are the greedy reference.
-static void test_nodes_side_by_side(void **state)
-{
-    (void)state;
-    struct st_test_server s;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--hang-ms", "120000", NULL};
-    assert_int_equal(st_test_server_start(&s, args), 0);
-    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
-    static struct st_test_result ra, rb;
-    memset(&ra, 0, sizeof ra);
-    memset(&rb, 0, sizeof rb);
-    // The first session goes to node 0 (the fewest sessions, lowest index).
-    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
-    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
-    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
-    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
     pid_t w[4];
     assert_int_equal(st_test_children(s.pid, "--rank 0 --node 0 ", w, 4), 1);
     assert_int_equal(kill(w[0], SIGSTOP), 0);
@@ -362,9 +334,13 @@ static void test_nodes_side_by_side(void **state)
     assert_int_equal(st_client_cancel(b, "n1"), 0);
     assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
     assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
+    // Greedy output does not depend on the node.
     assert_int_equal(ra.gaps + rb.gaps, 0);
     assert_true(agrees(&ra, 0));
     assert_true(agrees(&rb, 1));
+    assert_int_equal(st_test_submit(a, "after", prompts[2], 32, false), 0);
+    assert_int_equal(st_test_wait(a, "after", &rc, 10000), 0);
+    assert_true(st_test_prefix_of(&rc, ref[2], n_ref[2], 32));
     st_client_close(&a);
     st_client_close(&b);
     assert_int_equal(st_test_server_stop(&s), 0);
@@ -594,7 +570,6 @@ int main(void)
         cmocka_unit_test(test_stats_prom_health),
         cmocka_unit_test(test_deadline_and_cli_cancel),
         cmocka_unit_test(test_two_nodes),
-        cmocka_unit_test(test_nodes_side_by_side),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_ipc_endpoint),
         cmocka_unit_test(test_shutdown),
