@@ -177,12 +177,11 @@ static void on_message(struct st_pool *p, uint64_t step_id, struct st_step_resul
     subternary__worker_msg__free_unpacked(wm, NULL);
 }
 
-// One poll round over the router, the pidfds and the extra socket.
-static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struct st_step_result *res, char *err,
-                      size_t errcap)
+// The set's router, then the pidfds of its ranks and spare (map: the rank of
+// each item, -1 for the router).  Fills at most ST_POOL_POLLITEMS.
+static int watch_items(const struct st_pool *p, zmq_pollitem_t *items, int *map)
 {
-    zmq_pollitem_t items[ST_SET_MAX_RANKS + 3];
-    int map[ST_SET_MAX_RANKS + 3], n = 0;
+    int n = 0;
     items[n] = (zmq_pollitem_t){p->router, 0, ZMQ_POLLIN, 0};
     map[n++] = -1;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
@@ -194,6 +193,15 @@ static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struc
         items[n] = (zmq_pollitem_t){NULL, p->r[SPARE].pidfd, ZMQ_POLLIN, 0};
         map[n++] = SPARE;
     }
+    return n;
+}
+
+// One poll round over the router, the pidfds and the extra socket.
+static void poll_once(struct st_pool *p, int timeout_ms, uint64_t step_id, struct st_step_result *res, char *err,
+                      size_t errcap)
+{
+    zmq_pollitem_t items[ST_POOL_POLLITEMS + 1];
+    int map[ST_POOL_POLLITEMS + 1], n = watch_items(p, items, map);
     int extra_at = -1;
     if (p->extra && p->idle) {
         extra_at = n;
@@ -490,14 +498,10 @@ int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step
     return rc < 0 ? -1 : 0;
 }
 
-int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items, int cap)
+int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items)
 {
-    int n = 0;
-    if (n < cap) items[n++] = (zmq_pollitem_t){p->router, 0, ZMQ_POLLIN, 0};
-    for (uint32_t i = 0; i <= SPARE; i++)
-        if ((i < p->cfg.n_ranks || i == SPARE) && p->r[i].pidfd >= 0 && n < cap)
-            items[n++] = (zmq_pollitem_t){NULL, p->r[i].pidfd, ZMQ_POLLIN, 0};
-    return n;
+    int map[ST_POOL_POLLITEMS];
+    return watch_items(p, items, map);
 }
 
 void st_pool_service(struct st_pool *p, int timeout_ms)

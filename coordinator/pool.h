@@ -72,9 +72,9 @@ int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step
 int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e);
 int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e);
 // The zmq_poll items that wake a set's step (its router, its workers'
-// pidfds); up to cap, returns how many.
-int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items, int cap);
+// pidfds) into items[ST_POOL_POLLITEMS]; returns how many.
 #define ST_POOL_POLLITEMS (ST_SET_MAX_RANKS + 2)
+int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items);
 
 // Processes worker events (heartbeats, deaths) for up to timeout_ms; replaces
 // workers that died while idle.  Does nothing while a step is in flight.

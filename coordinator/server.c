@@ -436,7 +436,7 @@ int st_server_run(struct st_server *s, volatile sig_atomic_t *stop, struct st_er
         int n_it = 2;
         for (uint32_t i = 0; i < s->eng->n_nodes; i++)
             if (s->step[i].r)
-                n_it += st_pool_pollitems(s->eng->node[i].pool, it + n_it, ST_POOL_POLLITEMS);
+                n_it += st_pool_pollitems(s->eng->node[i].pool, it + n_it);
         if (zmq_poll(it, n_it, more ? 0 : busy ? STEP_POLL_MS : IDLE_POLL_MS) < 0 && errno != EINTR) {
             st_error_set(e, "zmq_poll(%s): %s", s->endpoint, zmq_strerror(errno));
             finish_steps(s);

@@ -459,7 +459,7 @@ int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__Step
     *finish = ST_FINISH_NONE;
     *cmd = NULL;
     if (s->pend != PEND_NONE) return st_error_set(e, "session %llu already has a step in flight", (unsigned long long)s->id);
-    if (!plan_prefill(s, max_prefill ? max_prefill : 1) && !plan_round(s, finish)) return 0;
+    if (!plan_prefill(s, max_prefill ? max_prefill : UINT32_MAX) && !plan_round(s, finish)) return 0;
     *cmd = &s->cmd;
     return 1;
 }

@@ -82,7 +82,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
 // The same work one worker-set step at a time, for a scheduler that keeps
 // several nodes' sets busy at once (the server).  st_session_plan returns 1
 // with *cmd the session's next step: a slice of at most max_prefill prompt
-// tokens while the prompt is not prefilled, the draft's backlog, or a round.
+// tokens (0: no limit) while the prompt is not prefilled, the draft's backlog, or a round.
 // *cmd and what it points at belong to the session and stay valid until
 // st_session_step_done.  It returns 0 when the session ends without a step
 // (*finish: the context is full), -1 on error.  st_session_step_done applies
