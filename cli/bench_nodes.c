@@ -11,25 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <zmq.h>
-
 #include "cli/args.h"
 #include "cli/bench_suites.h"
 #include "cli/bench_util.h"
-#include "coordinator/rundir.h"
 #include "coordinator/server.h"
 #include "include/subternary.h"
 
 #define REQ_TIMEOUT_MS 600000
 
+// The rig's engine, served by a server thread in this process.
 struct served {
-    struct st_engine *eng;
+    struct st_bench_rig rig;
     struct st_server *srv;
-    void *zctx;
     pthread_t thread;
     bool running;
     volatile sig_atomic_t stop;
-    char dir[512], exe[1024];
 };
 
 static void *serve_main(void *arg)
@@ -47,23 +43,15 @@ static void served_close(struct served *sv)
         pthread_join(sv->thread, NULL);
     }
     st_server_close(&sv->srv);
-    st_engine_close(&sv->eng);
-    if (sv->zctx) zmq_ctx_term(sv->zctx);
-    if (sv->dir[0]) st_rundir_remove(sv->dir);
+    st_bench_rig_close(&sv->rig);
 }
 
 static int served_open(struct served *sv, const struct st_bench_opts *o, struct st_error *e)
 {
     memset(sv, 0, sizeof *sv);
-    if (st_self_exe(sv->exe, sizeof sv->exe, e) || st_rundir_new(sv->dir, sizeof sv->dir, e)) return -1;
-    struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = 1, .n_ctx = o->n_ctx,
-                                  .k_max = ST_ENGINE_K_DEFAULT, .exe = sv->exe, .run_dir = sv->dir, .progress = true,
-                                  .cpus = o->cpus, .n_nodes = o->n_nodes, .workers_per_node = o->workers};
-    sv->zctx = zmq_ctx_new();
-    if (!sv->zctx) return st_error_set(e, "zmq_ctx_new failed");
-    if (st_engine_open(&ec, sv->zctx, &sv->eng, e)) return -1;
+    if (st_bench_rig_engine(&sv->rig, o, e)) return -1;
     struct st_server_config cfg = {.listen = "tcp://127.0.0.1:*", .queue = 16, .quiet = true};
-    if (st_server_open(&cfg, sv->eng, sv->zctx, &sv->srv, e)) return -1;
+    if (st_server_open(&cfg, sv->rig.eng, sv->rig.zctx, &sv->srv, e)) return -1;
     if (pthread_create(&sv->thread, NULL, serve_main, sv)) return st_error_set(e, "pthread_create failed");
     sv->running = true;
     return 0;
@@ -149,14 +137,14 @@ int st_bench_nodes(int argc, char **argv)
         if (st_args_parse_ids(b.o.prompt_ids, &p, &n_ids, &e)) goto out;
         ids = (uint32_t *)p;
     }
-    uint32_t nodes = sv.eng->n_nodes;
+    uint32_t nodes = sv.rig.eng->n_nodes;
     struct st_client_options co = {.endpoint = st_server_endpoint(sv.srv)};
     if (st_client_connect(&co, &c)) {
         st_error_set(&e, "connecting to %s: %s", co.endpoint, c ? st_client_error(c) : "failed");
         goto out;
     }
     const char *text = b.o.prompt_text ? b.o.prompt_text : ST_BENCH_PROMPT;
-    uint32_t workers = st_pool_ranks(sv.eng->node[0].pool);
+    uint32_t workers = st_pool_ranks(sv.rig.eng->node[0].pool);
     printf("bench nodes: %s%s%s, %u tokens a request, %u nodes of %u worker%s, %d alternating runs\n", b.o.target,
            b.o.draft ? " + " : "", b.o.draft ? b.o.draft : " alone", b.n_tokens, nodes, workers, workers == 1 ? "" : "s",
            b.runs);

@@ -57,19 +57,25 @@ double st_bench_std(const struct st_bench_stat *s)
     return s->n > 1 ? sqrt(v / (s->n - 1)) : 0;
 }
 
-int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
+int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, struct st_error *e)
 {
     memset(r, 0, sizeof *r);
     r->steal = NAN;
-    struct st_error e = {{0}};
-    int32_t *prompt = NULL;
-    size_t n = 0;
-    if (st_self_exe(r->exe, sizeof r->exe, &e) || st_rundir_new(r->dir, sizeof r->dir, &e)) goto fail;
+    if (st_self_exe(r->exe, sizeof r->exe, e) || st_rundir_new(r->dir, sizeof r->dir, e)) return -1;
     struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = 1, .n_ctx = o->n_ctx,
                                   .k_max = o->k_max > ST_ENGINE_K_DEFAULT ? o->k_max : ST_ENGINE_K_DEFAULT, .exe = r->exe, .run_dir = r->dir, .progress = true, .cpus = o->cpus,
                                   .n_nodes = o->n_nodes, .workers_per_node = o->workers, .quiet = false};
     r->zctx = zmq_ctx_new();
-    if (st_engine_open(&ec, r->zctx, &r->eng, &e)) goto fail;
+    if (!r->zctx) return st_error_set(e, "zmq_ctx_new failed");
+    return st_engine_open(&ec, r->zctx, &r->eng, e);
+}
+
+int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
+{
+    struct st_error e = {{0}};
+    int32_t *prompt = NULL;
+    size_t n = 0;
+    if (st_bench_rig_engine(r, o, &e)) goto fail;
     if (o->prompt_ids) {
         if (st_args_parse_ids(o->prompt_ids, &prompt, &n, &e)) goto fail;
     } else if (o->prompt_len) { // deterministic pseudo-random ids

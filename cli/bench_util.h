@@ -44,6 +44,9 @@ struct st_bench_opts {
 };
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);
+// The engine alone (r->s stays NULL): for a benchmark that runs its own
+// sessions, e.g. through a server.  st_bench_rig_close closes it.
+int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, struct st_error *e);
 void st_bench_rig_close(struct st_bench_rig *r);
 // One generation from the prefilled prompt; fills *st and r->steal.
 // Returns 0 or -1.
