@@ -82,7 +82,7 @@ static int open_node(struct st_engine *eng, struct st_engine_node *nd, int32_t m
     }
     uint64_t kbytes;
     if (st_kv_size(&kc, &kbytes, e)) return -1;
-    if (st_scratch_plan(hps, eng->n_models, eng->m_max, eng->k_max, nd->n_cpus, eng->n_ctx,
+    if (st_scratch_plan(hps, eng->n_models, eng->m_max, eng->k_max, eng->n_lanes, nd->n_cpus, eng->n_ctx,
                         st_load_plan_act_row_max(plan), &nd->sl, e))
         return -1;
     struct st_region_config rc = {.name = "subternary", .mem_node = mem_node, .huge = ST_REGION_HUGE_AUTO,
@@ -127,6 +127,10 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
     eng->k_max = cfg->k_max ? cfg->k_max : ST_ENGINE_K_DEFAULT;
     eng->m_max = cfg->prefill_chunk ? cfg->prefill_chunk : 64;
     if (eng->m_max < eng->k_max + 1) eng->m_max = eng->k_max + 1;
+    eng->n_lanes = eng->m_max / (eng->k_max + 1);
+    if (eng->n_lanes > ST_ENGINE_MAX_LANES) eng->n_lanes = ST_ENGINE_MAX_LANES;
+    if (eng->n_lanes > eng->cfg.n_slots) eng->n_lanes = eng->cfg.n_slots;
+    if (cfg->max_batch && eng->n_lanes > cfg->max_batch) eng->n_lanes = cfg->max_batch;
     struct st_load_plan *plan = NULL;
     st_kern_init();
     if (st_llama_open(cfg->target_path, &eng->target, e)) goto fail;
@@ -275,9 +279,14 @@ int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *token
     return rc;
 }
 
-void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt)
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier)
 {
-    st_pool_test_crash(eng->node[0].pool, step, rank, barrier, every_attempt);
+    st_pool_test_crash(eng->node[0].pool, step, rank, barrier);
+}
+
+void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier)
+{
+    st_pool_test_poison(eng->node[0].pool, on, slot, rank, barrier);
 }
 
 uint64_t st_engine_steps(const struct st_engine *eng) { return st_pool_steps(eng->node[0].pool); }

@@ -22,6 +22,7 @@
 #define ST_ENGINE_K_DEFAULT 8           // the longest draft when none is configured
 
 #define ST_ENGINE_MAX_NODES 16
+#define ST_ENGINE_MAX_LANES ST_SCRATCH_MAX_LANES
 
 struct st_engine_config {
     const char *target_path;
@@ -30,6 +31,10 @@ struct st_engine_config {
     uint32_t n_ctx;          // positions per slot (0: min(4096, trained context))
     uint32_t k_max;          // longest draft (0: 8)
     uint32_t prefill_chunk;  // rows per prefill forward (0: 64)
+    // Sessions of one node whose rounds go through one batched step (the
+    // weights are read once for all of them): 0 = as many as the slots, up
+    // to 8 and to prefill_chunk / (k_max + 1); 1 = one session a step.
+    uint32_t max_batch;
     uint32_t n_nodes;        // split the CPUs into this many virtual nodes (0: the NUMA nodes)
     const char *cpus;        // CPU list "0,1" or "0-3" (NULL: all allowed)
     uint32_t workers_per_node; // 0: one per CPU
@@ -65,6 +70,7 @@ struct st_engine {
     struct st_llama_model *target, *draft;
     struct st_tokenizer *tok; // from the target file; NULL if it has none
     uint32_t n_models, n_ctx, k_max, m_max, n_vocab;
+    uint32_t n_lanes;        // sessions a batched step carries (1: no batching)
     uint32_t n_nodes;
     struct st_engine_node node[ST_ENGINE_MAX_NODES];
     struct st_load_stats load;
@@ -100,10 +106,14 @@ int st_engine_parse_cpus(const char *s, int *cpus, int cap);
 int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *tokens, uint32_t n, float *out,
                      struct st_error *e);
 
-// Test hook: the first attempt (or every attempt) of the step number `step` (counted from 1 over
-// the engine's life on node 0) makes rank `rank` _exit at its barrier
+// Test hook: the first attempt of the step number `step` (counted from 1
+// over the engine's life on node 0) makes rank `rank` _exit at its barrier
 // `barrier`.  0 disables.
-void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt);
+void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier);
+// Test hook, a poison request: every attempt of every step on node 0 that
+// carries a round of KV slot `slot` (alone or batched) makes rank `rank`
+// _exit at barrier `barrier`, until a step of that round alone has failed.
+void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier);
 // Steps node 0's set has started (the test hook counts these).
 uint64_t st_engine_steps(const struct st_engine *eng);
 

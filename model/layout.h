@@ -56,9 +56,13 @@ struct st_layout_dir {
 };
 
 // Scratch section of one worker set.  Offsets from the scratch section start.
+#define ST_SCRATCH_MAX_LANES 8 // sessions one batched step carries at most
+
 struct st_scratch_layout {
     uint32_t m_max;        // rows per forward (prefill chunk, >= k_max + 1)
     uint32_t k_max;        // longest draft
+    uint32_t n_lanes;      // sessions one batched step can carry (>= 1)
+    uint32_t logit_rows;   // n_lanes * (k_max + 1): rows of logits one forward can produce
     uint32_t n_ranks;
     uint32_t n_vocab;      // of the target (the draft must match)
     uint32_t d_max, qd_max, kvd_max, ff_max; // widest of both models
@@ -72,13 +76,16 @@ struct st_scratch_layout {
     uint64_t att;          // float [m_max][qd_max]
     uint64_t g;            // float [m_max][ff_max] gate, then silu(gate) * up
     uint64_t u;            // float [m_max][ff_max] up
-    uint64_t logits;       // float [k_max + 1][n_vocab]
-    uint64_t partial;      // struct st_argmax_partial [k_max + 1][n_ranks]
+    uint64_t logits;       // float [logit_rows][n_vocab]
+    uint64_t partial;      // struct st_argmax_partial [logit_rows][n_ranks]
     uint64_t per_rank;     // start of the per-rank areas, per_rank_bytes apart
     uint64_t per_rank_bytes;
     uint64_t rank_xn;      // in a rank area: float [m_max][max(d_max, ff_max, qd_max)]
     uint64_t rank_act;     // in a rank area: [m_max][act_row_max] bytes
     uint64_t rank_attn;    // in a rank area: float [n_ctx]
+    // One step's outputs per lane, lane 0's offsets here and lane i's
+    // i * lane_bytes further on (a batched step's sessions each read theirs).
+    uint64_t lane_bytes;
     uint64_t draft_tokens; // uint32 [k_max + 1]
     uint64_t draft_kept;   // uint32: drafts the last draft loop kept (it may stop early)
     uint64_t step_ns;      // uint64 [2]: the last step's draft and verify time (rank 0's clock)
@@ -98,9 +105,16 @@ struct st_argmax_partial {
     int32_t index;
 };
 
-// Computes the scratch layout for the given models (n_models 1 or 2).
+// Computes the scratch layout for the given models (n_models 1 or 2), with
+// room for n_lanes sessions' rounds in one step (n_lanes * (k_max + 1) <= m_max).
 int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models, uint32_t m_max,
-                    uint32_t k_max, uint32_t n_ranks, uint32_t n_ctx, uint64_t act_row_max,
+                    uint32_t k_max, uint32_t n_lanes, uint32_t n_ranks, uint32_t n_ctx, uint64_t act_row_max,
                     struct st_scratch_layout *out, struct st_error *e);
+
+// Lane `lane`'s copy of a per-lane output at offset `off` (lane 0's).
+static inline uint64_t st_scratch_lane(const struct st_scratch_layout *sl, uint64_t off, uint32_t lane)
+{
+    return off + (uint64_t)lane * sl->lane_bytes;
+}
 
 #endif

@@ -123,19 +123,19 @@ static void ffn_gate_up(struct st_plan *p, const struct st_plan_layer *L, uint32
     }
 }
 
-// RoPE of the rows' queries and keys of KV heads [h0, h1), and the keys
-// and values stored in the cache rows kw, vw.
-static void rope_store(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t M, uint16_t *kw, uint16_t *vw,
-                       uint64_t h0, uint64_t h1)
+// RoPE of rows [m0, m0 + M)'s queries and keys of KV heads [h0, h1), and
+// the keys and values stored in the cache rows kw, vw (of row m0).
+static void rope_store(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t m0, uint32_t M, uint16_t *kw,
+                       uint16_t *vw, uint64_t h0, uint64_t h1)
 {
     uint32_t hd = hp->head_dim, kvd = hp->n_head_kv * hd, qd = hp->n_head * hd, group = hp->n_head / hp->n_head_kv;
-    for (uint32_t m = 0; m < M; m++) {
+    for (uint32_t m = m0; m < m0 + M; m++) {
         const float *cs = p->rope_cs + (size_t)m * hp->n_rot;
         float *kr_row = p->k + (size_t)m * kvd;
         st_kern_rope_apply(kr_row, (int)h0, (int)h1, (int)hd, (int)hp->n_rot, cs);
         st_kern_rope_apply(p->q + (size_t)m * qd, (int)(h0 * group), (int)(h1 * group), (int)hd, (int)hp->n_rot,
                            cs);
-        uint16_t *kd = kw + (size_t)m * kvd, *vd = vw + (size_t)m * kvd;
+        uint16_t *kd = kw + (size_t)(m - m0) * kvd, *vd = vw + (size_t)(m - m0) * kvd;
         const float *vs = p->v + (size_t)m * kvd;
         for (uint64_t j = h0 * hd; j < h1 * hd; j++) {
             kd[j] = st_f32_to_f16(kr_row[j]);
@@ -162,52 +162,79 @@ static int attention_split(struct st_plan *p, const struct st_kern_attn *a, doub
 }
 
 // A draft's decoding over a long context attends the first segment and the
-// segments that hold the last p->draft_window positions before the rows
+// segments that hold the last `window` positions before the rows
 // (StreamingLLM's sink and window): the draft's KV reads stop growing with
 // the context.  Only its proposals change; the target verifies them.
-static void draft_window(const struct st_plan *p, uint32_t model, uint32_t pos0, struct st_kern_attn *a)
+static void draft_window(uint32_t model, uint32_t window, uint32_t pos0, struct st_kern_attn *a)
 {
-    if (model != ST_MODEL_DRAFT || !p->draft_window || pos0 <= p->draft_window) return;
-    int keep = (int)((pos0 - p->draft_window) / ST_KERN_ATTN_SEG);
+    if (model != ST_MODEL_DRAFT || !window || pos0 <= window) return;
+    int keep = (int)((pos0 - window) / ST_KERN_ATTN_SEG);
     if (keep > 1) a->skip_begin = 1, a->skip_end = keep;
 }
 
-// RoPE, K/V store and attention for the KV heads this rank claims (or, over
-// a long context, the segments it claims).
-static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t model, uint32_t slot,
-                     uint32_t layer, uint32_t M, uint32_t pos0, double *t, uint64_t *positions)
-{
-    uint32_t hd = hp->head_dim;
+// A segment's cache rows (written from its first row, read through its
+// last) and its attention call over rows [m0, m0 + M).
+struct seg_attn {
+    struct st_kern_attn a;
     uint16_t *kw, *vw;
+    uint32_t m0;
+};
+
+static int seg_attn_init(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t model, uint32_t layer,
+                         const struct st_fwd_seg *g, uint32_t m0, struct seg_attn *sa, uint64_t *positions)
+{
+    uint32_t hd = hp->head_dim, qd = hp->n_head * hd;
     const uint16_t *kr, *vr;
-    if (st_kv_write(p->kv, slot, model, layer, pos0, M, &kw, &vw, &p->err) ||
-        st_kv_read(p->kv, slot, model, layer, pos0 + M, pos0 + M - st_kv_committed(p->kv, slot, model), &kr, &vr,
-                   &p->err))
+    if (st_kv_write(p->kv, g->slot, model, layer, g->pos0, g->M, &sa->kw, &sa->vw, &p->err) ||
+        st_kv_read(p->kv, g->slot, model, layer, g->pos0 + g->M, g->pos0 + g->M - st_kv_committed(p->kv, g->slot, model),
+                   &kr, &vr, &p->err))
         return -1;
-    struct st_kern_attn a = {.q = p->q, .k = kr, .v = vr, .out = p->att, .pos = p->pos, .M = (int)M,
-                             .n_heads = (int)hp->n_head, .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
-                             .n_ctx = (int)(pos0 + M), .scale = 1.0f / sqrtf((float)hd)};
-    draft_window(p, model, pos0, &a);
-    *positions = (uint64_t)a.n_ctx - (uint64_t)ST_KERN_ATTN_SKIPPED(&a) * ST_KERN_ATTN_SEG;
-    // Decode and verify rows (the partials' room), where it pays.
-    bool split = ST_KERN_ATTN_SEGS(pos0 + M) <= p->sl.attn_segs && M <= p->sl.k_max + 1 &&
-                 st_kern_attention_split_pays(&a, (int)p->n_ranks);
-    struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
-    uint64_t h0, h1;
-    while (st_work_claim(wc, st_attn_head_chunk(a.n_kv_heads, p->n_ranks), hp->n_head_kv, &h0, &h1)) {
-        rope_store(p, hp, M, kw, vw, h0, h1);
-        if (!split) st_kern_attention(&a, (int)h0, (int)h1, p->attn_scratch);
-    }
-    return split ? attention_split(p, &a, t) : 0;
+    sa->m0 = m0;
+    sa->a = (struct st_kern_attn){.q = p->q + (size_t)m0 * qd, .k = kr, .v = vr, .out = p->att + (size_t)m0 * qd,
+                                  .pos = p->pos + m0, .M = (int)g->M, .n_heads = (int)hp->n_head,
+                                  .n_kv_heads = (int)hp->n_head_kv, .head_dim = (int)hd,
+                                  .n_ctx = (int)(g->pos0 + g->M), .scale = 1.0f / sqrtf((float)hd)};
+    draft_window(model, g->draft_window, g->pos0, &sa->a);
+    *positions += (uint64_t)sa->a.n_ctx - (uint64_t)ST_KERN_ATTN_SKIPPED(&sa->a) * ST_KERN_ATTN_SEG;
+    return 0;
 }
 
-// Vocabulary projection of the last n rows, with this rank's argmax partials.
-static void output(struct st_plan *p, const struct st_plan_model *pm, uint32_t M, uint32_t n, struct act_cache *ac)
+// RoPE, K/V store and attention for the KV heads this rank claims (or, over
+// a long context, the segments it claims).  Several sessions' segments:
+// items are (segment, KV-head range), each segment against its own slot.
+static int attention(struct st_plan *p, const struct st_llama_hparams *hp, uint32_t model, uint32_t layer,
+                     const struct st_fwd_seg *seg, uint32_t n_seg, double *t, uint64_t *positions)
+{
+    struct seg_attn sa[ST_SCRATCH_MAX_LANES];
+    *positions = 0;
+    for (uint32_t i = 0, m0 = 0; i < n_seg; m0 += seg[i].M, i++)
+        if (seg_attn_init(p, hp, model, layer, &seg[i], m0, &sa[i], positions)) return -1;
+    // One session's decode and verify rows over a long context: split by positions, where it pays.
+    uint32_t M = seg[0].M, pos0 = seg[0].pos0;
+    bool split = n_seg == 1 && ST_KERN_ATTN_SEGS(pos0 + M) <= p->sl.attn_segs && M <= p->sl.k_max + 1 &&
+                 st_kern_attention_split_pays(&sa[0].a, (int)p->n_ranks);
+    uint64_t H = hp->n_head_kv, chunk = st_attn_head_chunk((int)H, p->n_ranks);
+    struct st_work_counter *wc = st_barrier_work(p->barrier, 0);
+    uint64_t b, e;
+    while (st_work_claim(wc, chunk, H * n_seg, &b, &e))
+        for (uint64_t i = b; i < e;) { // a claim may cross into the next segment
+            uint64_t g = i / H, h0 = i % H, h1 = h0 + (e - i) < H ? h0 + (e - i) : H;
+            rope_store(p, hp, sa[g].m0, seg[g].M, sa[g].kw, sa[g].vw, h0, h1);
+            if (!split) st_kern_attention(&sa[g].a, (int)h0, (int)h1, p->attn_scratch);
+            i += h1 - h0;
+        }
+    return split ? attention_split(p, &sa[0].a, t) : 0;
+}
+
+// Vocabulary projection of the rows listed in rows[n], with this rank's
+// argmax partials.
+static void output(struct st_plan *p, const struct st_plan_model *pm, const uint32_t *rows, uint32_t n,
+                   struct act_cache *ac)
 {
     const struct st_llama_hparams *hp = &pm->lm->hp;
     uint32_t d = hp->n_embd, V = hp->n_vocab;
     for (uint32_t j = 0; j < n; j++)
-        st_kern_rmsnorm(p->x + (size_t)(M - n + j) * d, pm->output_norm, p->xn + (size_t)j * d, d, hp->rms_eps);
+        st_kern_rmsnorm(p->x + (size_t)rows[j] * d, pm->output_norm, p->xn + (size_t)j * d, d, hp->rms_eps);
     float best[1024];
     int32_t idx[1024];
     for (uint32_t j = 0; j < n; j++) best[j] = -INFINITY, idx[j] = -1;
@@ -229,29 +256,69 @@ static void output(struct st_plan *p, const struct st_plan_model *pm, uint32_t M
     for (uint32_t j = 0; j < n; j++) p->partial[j * p->n_ranks + p->rank] = (struct st_argmax_partial){best[j], idx[j]};
 }
 
-int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tokens, uint32_t M, uint32_t pos0,
-           uint32_t n_logits, uint32_t *argmax_out)
+// The merged argmax of logit row j.
+static uint32_t argmax_of(const struct st_plan *p, uint32_t j)
 {
+    struct st_argmax_partial best = {-INFINITY, -1};
+    for (uint32_t r = 0; r < p->n_ranks; r++) {
+        struct st_argmax_partial c = p->partial[j * p->n_ranks + r];
+        if (c.index < 0) continue;
+        if (best.index < 0 || c.value > best.value || (c.value == best.value && c.index < best.index)) best = c;
+    }
+    return (uint32_t)best.index;
+}
+
+int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tokens, uint32_t M, uint32_t pos0,
+           uint32_t n_logits, uint32_t *argmax_out, uint32_t draft_window)
+{
+    struct st_fwd_seg g = {.slot = slot, .tokens = tokens, .M = M, .pos0 = pos0, .n_logits = n_logits,
+                           .argmax = argmax_out, .draft_window = draft_window};
+    return st_fwd_batch(p, model, &g, 1);
+}
+
+// Checks the segments' shapes and lists the rows that get logits.
+static int fwd_shape(struct st_plan *p, uint32_t model, const struct st_fwd_seg *seg, uint32_t n_seg, uint32_t *M,
+                     uint32_t *logit_rows, uint32_t *n_logits)
+{
+    *M = *n_logits = 0;
+    if (model >= p->n_models || n_seg == 0 || n_seg > p->sl.n_lanes)
+        return st_error_set(&p->err, "forward: bad shape (model %u, %u segments)", model, n_seg);
+    for (uint32_t i = 0; i < n_seg; i++) {
+        const struct st_fwd_seg *g = &seg[i];
+        if (g->M == 0 || g->M > p->sl.m_max - *M || g->n_logits > g->M ||
+            g->n_logits > p->sl.logit_rows - *n_logits)
+            return st_error_set(&p->err, "forward: bad shape (model %u, %u rows after %u, %u logits after %u)", model,
+                                g->M, *M, g->n_logits, *n_logits);
+        for (uint32_t j = 0; j < g->n_logits; j++) logit_rows[(*n_logits)++] = *M + g->M - g->n_logits + j;
+        *M += g->M;
+    }
+    return 0;
+}
+
+int st_fwd_batch(struct st_plan *p, uint32_t model, const struct st_fwd_seg *seg, uint32_t n_seg)
+{
+    uint32_t M, n_logits, logit_rows[1024];
+    if (fwd_shape(p, model, seg, n_seg, &M, logit_rows, &n_logits)) return -1;
     const struct st_plan_model *pm = &p->model[model];
     const struct st_llama_hparams *hp = &pm->lm->hp;
     uint32_t d = hp->n_embd, kvd = hp->n_head_kv * hp->head_dim;
-    if (model >= p->n_models || M == 0 || M > p->sl.m_max || n_logits > M || n_logits > p->sl.k_max + 1)
-        return st_error_set(&p->err, "forward: bad shape (model %u, %u rows, %u logits)", model, M, n_logits);
     p->cur_model = model;
     double t = p->timing ? now_s() : 0;
-    for (uint32_t m = 0; m < M; m++) {
-        if (tokens[m] >= hp->n_vocab) return st_error_set(&p->err, "forward: token %u out of range", tokens[m]);
-        p->pos[m] = (int32_t)(pos0 + m);
-        float *cs = p->rope_cs + (size_t)m * hp->n_rot;
-        for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
-            double th = (double)(pos0 + m) * pm->rope[i];
-            cs[2 * i] = (float)cos(th);
-            cs[2 * i + 1] = (float)sin(th);
+    for (uint32_t i = 0, m = 0; i < n_seg; i++)
+        for (uint32_t r = 0; r < seg[i].M; r++, m++) {
+            uint32_t tok = seg[i].tokens[r], pos = seg[i].pos0 + r;
+            if (tok >= hp->n_vocab) return st_error_set(&p->err, "forward: token %u out of range", tok);
+            p->pos[m] = (int32_t)pos;
+            float *cs = p->rope_cs + (size_t)m * hp->n_rot;
+            for (uint32_t k = 0; k < hp->n_rot / 2; k++) {
+                double th = (double)pos * pm->rope[k];
+                cs[2 * k] = (float)cos(th);
+                cs[2 * k + 1] = (float)sin(th);
+            }
+            if (m % p->n_ranks == p->rank)
+                st_dequant_row(pm->lm->embd_type, pm->embd + (size_t)tok * pm->lm->embd_row_bytes,
+                               p->x + (size_t)m * d, d);
         }
-        if (m % p->n_ranks == p->rank)
-            st_dequant_row(pm->lm->embd_type, pm->embd + (size_t)tokens[m] * pm->lm->embd_row_bytes,
-                           p->x + (size_t)m * d, d);
-    }
     account(p, ST_OP_EMBED, &t, 0);
     if (st_plan_sync(p)) return -1;
     t = p->timing ? now_s() : 0;
@@ -269,7 +336,7 @@ int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tok
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
         uint64_t positions;
-        if (attention(p, hp, model, slot, l, M, pos0, &t, &positions)) return -1;
+        if (attention(p, hp, model, l, seg, n_seg, &t, &positions)) return -1;
         account(p, ST_OP_ATTN, &t, positions * kvd * 4);
         if (st_plan_sync(p)) return -1;
         t = p->timing ? now_s() : 0;
@@ -293,17 +360,10 @@ int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tok
     }
     if (n_logits == 0) return 0;
     struct act_cache ac = {0};
-    output(p, pm, M, n_logits, &ac);
+    output(p, pm, logit_rows, n_logits, &ac);
     account(p, ST_OP_OUTPUT, &t, st_kern_run_size(pm->output.type, pm->output.rows, pm->output.cols));
     if (st_plan_sync(p)) return -1;
-    for (uint32_t j = 0; j < n_logits; j++) {
-        struct st_argmax_partial best = {-INFINITY, -1};
-        for (uint32_t r = 0; r < p->n_ranks; r++) {
-            struct st_argmax_partial c = p->partial[j * p->n_ranks + r];
-            if (c.index < 0) continue;
-            if (best.index < 0 || c.value > best.value || (c.value == best.value && c.index < best.index)) best = c;
-        }
-        argmax_out[j] = (uint32_t)best.index;
-    }
+    for (uint32_t i = 0, j = 0; i < n_seg; i++)
+        for (uint32_t r = 0; r < seg[i].n_logits; r++, j++) seg[i].argmax[r] = argmax_of(p, j);
     return 0;
 }

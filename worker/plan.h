@@ -74,7 +74,6 @@ struct st_plan {
     uint32_t crash_at_barrier;  // test hook: _exit when barriers reaches it (0 off)
     bool timing;
     uint32_t cur_model;          // model of the forward in progress
-    uint32_t draft_window;       // the step's draft attention window (0: all positions)
     double op_seconds[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
     uint64_t op_bytes[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
     struct st_error err;
@@ -87,13 +86,27 @@ int st_plan_build(struct st_plan *p, const void *weights, uint64_t weights_bytes
                   struct st_barrier *barrier, uint32_t rank, struct st_error *e);
 void st_plan_free(struct st_plan *p);
 
-// Runs one forward of `M` tokens at positions pos0.. through model `model`
-// for KV slot `slot`, all ranks together.  Logits are produced for the last
-// `n_logits` rows (0: none) into p->logits, with the per-row argmax merged
-// into argmax_out[n_logits] by every rank.  Returns 0, or the barrier's error
-// (aborted, deadline) with p->err set.
+// One session's rows in a forward: M tokens at positions pos0.. of KV slot
+// `slot`, with logits for the last n_logits of them (0: none) and their
+// argmax into argmax[n_logits].  draft_window: the draft model attends the
+// first 512 positions and at least the last draft_window (0: all).
+struct st_fwd_seg {
+    uint32_t slot;
+    const uint32_t *tokens;
+    uint32_t M, pos0, n_logits;
+    uint32_t *argmax;
+    uint32_t draft_window;
+};
+
+// Runs one forward through model `model` of the segments' rows together
+// (every weight read once for all of them), all ranks together.  Logits go
+// to p->logits, the segments' logit rows one after another; every rank
+// merges the argmax.  Returns 0, or the barrier's error (aborted, deadline)
+// or a shape error with p->err set.
+int st_fwd_batch(struct st_plan *p, uint32_t model, const struct st_fwd_seg *seg, uint32_t n_seg);
+// The same for one segment.
 int st_fwd(struct st_plan *p, uint32_t model, uint32_t slot, const uint32_t *tokens, uint32_t M,
-           uint32_t pos0, uint32_t n_logits, uint32_t *argmax_out);
+           uint32_t pos0, uint32_t n_logits, uint32_t *argmax_out, uint32_t draft_window);
 
 // Waits at the set's barrier (test hook and timing included).
 int st_plan_sync(struct st_plan *p);
