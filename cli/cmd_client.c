@@ -99,13 +99,15 @@ static void print_stats(const struct st_client_stats *st, bool prom)
     printf("sessions %u / %u slots (peak %u)\nqueued %u / %u (peak %u)\n"
            "requests: done %llu, cancelled %llu, disconnected %llu, rejected (busy) %llu, failed %llu; errors %llu\n"
            "tokens %llu, %.1f tokens/s; drafted %llu, accepted %llu, acceptance %.3f\n"
+           "steps %llu, %.2f sessions a step\n"
            "worker restarts %llu; uptime %.1f s\n",
            st->sessions, st->slots, st->sessions_peak, st->queued, st->queue_limit, st->queued_peak,
            (unsigned long long)st->requests_done, (unsigned long long)st->requests_cancelled,
            (unsigned long long)st->requests_disconnected, (unsigned long long)st->requests_rejected,
            (unsigned long long)st->requests_failed, (unsigned long long)st->errors,
            (unsigned long long)st->tokens_generated, st->tokens_per_second, (unsigned long long)st->drafted,
-           (unsigned long long)st->accepted, st->acceptance, (unsigned long long)st->worker_restarts,
+           (unsigned long long)st->accepted, st->acceptance, (unsigned long long)st->steps,
+           st->steps ? (double)st->step_sessions / (double)st->steps : 0.0, (unsigned long long)st->worker_restarts,
            st->uptime_seconds);
     bool several = st->servers > 1;
     if (several) printf("servers: %u of %u answered\n", st->servers_answered, st->servers);

@@ -31,12 +31,14 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: subternary serve --target T.gguf [--draft D.gguf] [--listen ENDPOINT] [--config FILE]\n"
-            "         [--slots N] [--ctx N] [--queue N] [--nodes N] [--cpus LIST] [--workers N] [--k-max N]\n"
+            "         [--slots N] [--batch N] [--ctx N] [--queue N] [--nodes N] [--cpus LIST] [--workers N] [--k-max N]\n"
             "         [--max-tokens N] [--prefill-slice N] [--max-msg BYTES] [--max-prompt-bytes N]\n"
             "         [--curve-secret SERVER.key --curve-allow FILE] [--quiet] [--check-config]\n"
             "  --listen     tcp://HOST:PORT (PORT * picks a free one) or ipc://PATH (its directory must be 0700);\n"
             "               default tcp://127.0.0.1:5555.  Prints \"listening on ENDPOINT\" when ready.\n"
             "  --slots      concurrent sessions per node (default 4); --queue: requests that may wait (default 64)\n"
+            "  --batch      sessions of a node whose rounds run as one step, reading the weights once (1-8;\n"
+            "               default: the slots, at most 8 and prefill-chunk / (k-max + 1)); 1: one at a time\n"
             "  --max-tokens default for requests that give none (256)\n"
             "  --config     'key = value' lines, keys as the long options; the command line overrides them\n"
             "  -m/-d are short for --target/--draft.\n"
@@ -170,8 +172,8 @@ int st_cmd_serve(int argc, char **argv)
     o.sc.draft_name = o.ec.draft_path;
     if (st_server_open(&o.sc, eng, zctx, &srv, &e)) goto fail;
     if (!o.sc.quiet)
-        fprintf(stderr, "serve: %u slot(s) x %u node(s), context %u, queue %u, %u workers%s%s\n", eng->cfg.n_slots,
-                eng->n_nodes, eng->n_ctx, o.sc.queue, st_engine_workers(eng, NULL),
+        fprintf(stderr, "serve: %u slot(s) x %u node(s), batches of up to %u, context %u, queue %u, %u workers%s%s\n",
+                eng->cfg.n_slots, eng->n_nodes, eng->n_lanes, eng->n_ctx, o.sc.queue, st_engine_workers(eng, NULL),
                 o.sc.curve_secret ? ", CURVE with allow-list, server key " : "", o.sc.curve_secret ? pub : "");
     printf("listening on %s\n", st_server_endpoint(srv));
     fflush(stdout);

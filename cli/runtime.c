@@ -45,6 +45,7 @@ int st_runtime_engine_opt(int argc, char **argv, int *i, struct st_engine_config
     if (!strcmp(o, "--cpus")) { VALUE(); ec->cpus = v; return 1; }
     if (!strcmp(o, "--workers")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 128, &ec->workers_per_node)) return -1; return 1; }
     if (!strcmp(o, "--hang-ms")) { VALUE(); if (st_args_u32(NULL, o, v, 50, 600000, &ec->hang_ms)) return -1; return 1; }
+    if (!strcmp(o, "--batch")) { VALUE(); if (st_args_u32(NULL, o, v, 1, ST_ENGINE_MAX_LANES, &ec->max_batch)) return -1; return 1; }
     if (!strcmp(o, "--prefill-chunk")) { VALUE(); if (st_args_u32(NULL, o, v, 1, 1024, &ec->prefill_chunk)) return -1; return 1; }
     return 0;
 }

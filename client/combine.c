@@ -22,6 +22,8 @@ static void add_stats(struct st_client_stats *t, const struct st_client_stats *a
     t->tokens_generated += a->tokens_generated;
     t->drafted += a->drafted;
     t->accepted += a->accepted;
+    t->steps += a->steps;
+    t->step_sessions += a->step_sessions;
     t->worker_restarts += a->worker_restarts;
     t->tokens_per_second += a->tokens_per_second;
     if (a->uptime_seconds > t->uptime_seconds) t->uptime_seconds = a->uptime_seconds;

@@ -26,6 +26,8 @@ static void stats_of(const Subternary__Stats *m, struct st_client_stats *st)
     st->tokens_generated = m->tokens_generated;
     st->drafted = m->drafted;
     st->accepted = m->accepted;
+    st->steps = m->steps;
+    st->step_sessions = m->step_sessions;
     st->worker_restarts = m->worker_restarts;
     st->tokens_per_second = m->tokens_per_second;
     st->acceptance = m->acceptance;

@@ -71,6 +71,9 @@ size_t st_client_prometheus(const struct st_client_stats *st, char *buf, size_t 
     counter(&o, "draft_tokens_total", "Draft tokens proposed.", st->drafted);
     counter(&o, "accepted_tokens_total", "Draft tokens accepted by the target.", st->accepted);
     gauge(&o, "acceptance", "Accepted over proposed draft tokens since start.", st->acceptance);
+    counter(&o, "steps_total", "Worker-set steps run for requests.", st->steps);
+    counter(&o, "step_sessions_total", "Sessions carried by those steps, summed (over steps_total: batching).",
+            st->step_sessions);
     counter(&o, "worker_restarts_total", "Worker processes replaced after a crash or a hang.", st->worker_restarts);
     gauge(&o, "uptime_seconds", "Seconds since the server started.", st->uptime_seconds);
     if (st->servers > 1) {

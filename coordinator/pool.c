@@ -46,7 +46,8 @@ struct st_pool {
     uint64_t steps;              // steps started (not counting replays)
     uint64_t crash_step;         // test hook
     uint32_t crash_rank, crash_barrier;
-    bool crash_every;            // test hook: on every attempt (a poison step)
+    bool poison;                 // test hook: the rounds of slot poison_slot crash
+    uint32_t poison_slot, poison_rank, poison_barrier;
     // The step in flight (st_pool_submit .. st_pool_progress).
     Subternary__StepCommand *cmd;
     struct st_step_result *res;
@@ -393,15 +394,39 @@ static void check_hang(struct st_pool *p, uint64_t step_id)
     p->watch_ns = t;
 }
 
+// Whether the step carries a round of KV slot `slot`.
+static bool has_round_of(const Subternary__StepCommand *cmd, uint32_t slot)
+{
+    if (cmd->kind == SUBTERNARY__STEP_KIND__STEP_BATCH) {
+        for (size_t i = 0; i < cmd->n_lanes; i++)
+            if (has_round_of(cmd->lanes[i], slot)) return true;
+        return false;
+    }
+    return cmd->slot == slot &&
+           (cmd->kind == SUBTERNARY__STEP_KIND__STEP_ROUND || cmd->kind == SUBTERNARY__STEP_KIND__STEP_VERIFY);
+}
+
+// The test hooks' crash for this attempt, if any: the first attempt of step
+// crash_step, or every attempt of a step with a poisoned slot's round.
+static void crash_now(struct st_pool *p, Subternary__StepCommand *cmd)
+{
+    cmd->crash_at_barrier = cmd->crash_rank = 0;
+    if (p->poison && has_round_of(cmd, p->poison_slot)) {
+        cmd->crash_at_barrier = p->poison_barrier;
+        cmd->crash_rank = p->poison_rank;
+    } else if (p->attempt == 1 && p->crash_step == p->steps) {
+        cmd->crash_at_barrier = p->crash_barrier;
+        cmd->crash_rank = p->crash_rank;
+    }
+}
+
 // Sends the step in flight to every rank (a new attempt, a new step id).
 static void launch(struct st_pool *p)
 {
     Subternary__StepCommand *cmd = p->cmd;
     p->res->attempts = p->attempt;
     cmd->step_id = ++p->step_seq;
-    bool crash = (p->attempt == 1 || p->crash_every) && p->crash_step == p->steps;
-    cmd->crash_at_barrier = crash ? p->crash_barrier : 0;
-    cmd->crash_rank = crash ? p->crash_rank : 0;
+    crash_now(p, cmd);
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
         p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
         if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
@@ -469,6 +494,9 @@ static int settle(struct st_pool *p, struct st_error *e)
     st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
     if (died != UINT64_MAX) p->last_replace_s = (now_ns() - died) * 1e-9;
     if (p->attempt >= ST_POOL_MAX_ATTEMPTS) {
+        // A poisoned request fails once a step of it alone has: the hook is spent.
+        if (p->poison && p->cmd->kind != SUBTERNARY__STEP_KIND__STEP_BATCH && has_round_of(p->cmd, p->poison_slot))
+            p->poison = false;
         p->cmd = NULL;
         return st_error_set(e, "step failed: workers died %u times in a row (poison request?)", p->attempt);
     }
@@ -551,13 +579,20 @@ void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *ex
 uint32_t st_pool_ranks(const struct st_pool *p) { return p->cfg.n_ranks; }
 uint64_t st_pool_steps(const struct st_pool *p) { return p->steps; }
 
-void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt)
+void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier)
 {
-    p->crash_every = every_attempt;
     p->crash_step = step;
     p->crash_rank = rank;
     p->crash_barrier = barrier;
 }
+void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier)
+{
+    p->poison = on;
+    p->poison_slot = slot;
+    p->poison_rank = rank;
+    p->poison_barrier = barrier;
+}
+
 uint64_t st_pool_restarts(const struct st_pool *p) { return p->restarts; }
 pid_t st_pool_pid(const struct st_pool *p, uint32_t rank) { return p->r[rank].pid; }
 double st_pool_last_replace_seconds(const struct st_pool *p) { return p->last_replace_s; }

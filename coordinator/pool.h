@@ -37,6 +37,7 @@ struct st_pool_config {
 };
 
 struct st_step_result {
+    uint32_t lane;              // the caller's: which lane of a batched step is the session's (0 otherwise)
     double seconds;             // slowest rank
     uint32_t barriers;          // rank 0's
     uint32_t attempts;          // 1 when nothing failed
@@ -83,8 +84,9 @@ void st_pool_service(struct st_pool *p, int timeout_ms);
 // zmq_poll items the pool wants watched (router + pidfds) and the idle hook.
 void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *extra_socket);
 
-// Test hook (see st_engine_test_crash).
-void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier, bool every_attempt);
+// Test hooks (see st_engine_test_crash, st_engine_test_poison).
+void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier);
+void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier);
 // Steps started so far (replays not counted).
 uint64_t st_pool_steps(const struct st_pool *p);
 

@@ -1,6 +1,7 @@
 #include "coordinator/server.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +24,16 @@
 
 // The step in flight on one node's worker set.  Sets on different nodes run
 // steps side by side; the loop below waits on all of them and the clients.
+// A step carries one session's step, or the rounds of up to n_lanes
+// sessions of the node as one batched step (their forwards read the weights
+// once for all of them).
 struct node_step {
-    struct st_srv_req *r;       // NULL: the set is free
+    uint32_t n;                 // sessions in the step (0: the set is free)
+    struct st_srv_req *r[ST_ENGINE_MAX_LANES];
+    Subternary__StepCommand *lane[ST_ENGINE_MAX_LANES];
+    uint32_t drafted[ST_ENGINE_MAX_LANES], accepted[ST_ENGINE_MAX_LANES]; // the sessions' counts before the step
+    Subternary__StepCommand batch;
     struct st_step_result res;
-    uint32_t drafted, accepted; // the session's counts before the step
 };
 
 struct st_server {
@@ -44,6 +51,7 @@ struct st_server {
     char *text;                 // [text_cap] their pieces
     size_t text_cap;
     uint32_t prefill_slice;
+    uint32_t lanes;             // sessions a step carries at most
     uint64_t next_service_ns;
     struct node_step step[ST_ENGINE_MAX_NODES];
     char target_name[256], draft_name[256];
@@ -212,9 +220,10 @@ static size_t round_text(struct st_server *s, const int32_t *ids, int n)
     return at;
 }
 
-// After a step of r's (n: the tokens a round committed, -1 on error): its
-// tokens stream out, and the request ends if the session did.
-static void step_finished(struct st_server *s, struct st_srv_req *r, const struct node_step *ns, int n,
+// After a step of r's (n: the tokens a round committed, -1 on error;
+// drafted, accepted: the session's counts before it): its tokens stream
+// out, and the request ends if the session did.
+static void step_finished(struct st_server *s, struct st_srv_req *r, uint32_t drafted, uint32_t accepted, int n,
                           enum st_finish fin, const struct st_error *e)
 {
     if (st_srv_after_step(&s->core, r)) return; // cancelled or its client left meanwhile
@@ -224,8 +233,7 @@ static void step_finished(struct st_server *s, struct st_srv_req *r, const struc
         return;
     }
     const struct st_session_stats *st = st_session_stats(r->session);
-    st_srv_count_round(&s->core, (uint32_t)n, st->drafted - ns->drafted, st->accepted - ns->accepted,
-                       st_srv_now_ns());
+    st_srv_count_round(&s->core, (uint32_t)n, st->drafted - drafted, st->accepted - accepted, st_srv_now_ns());
     if (n > 0 && st_srv_chunk(&s->core, r, s->ids, (uint32_t)n, s->text, round_text(s, s->ids, n))) return;
     if (fin != ST_FINISH_NONE) {
         Subternary__Done d;
@@ -238,25 +246,100 @@ static void step_finished(struct st_server *s, struct st_srv_req *r, const struc
     }
 }
 
-// Starts r's next step (a prefill slice, the draft's backlog, or a round) on
-// its node's set.  A session that ends without a step ends here.
-static void start_step(struct st_server *s, struct st_srv_req *r)
+static bool on_node(void *ctx, const struct st_srv_req *r)
 {
-    struct st_session *ses = r->session;
-    struct node_step *ns = &s->step[st_session_node(ses)];
+    return r->session && st_session_node(r->session) == *(const uint32_t *)ctx;
+}
+
+// Plans r's next step (a prefill slice, the draft's backlog, or a round) as
+// lane ns->n (not yet counted).  A session that ends without a step, or
+// cannot plan one, ends here: NULL.
+static Subternary__StepCommand *plan_step(struct st_server *s, struct node_step *ns, struct st_srv_req *r)
+{
     struct st_error e = {{0}};
     enum st_finish fin;
     Subternary__StepCommand *cmd;
-    const struct st_session_stats *st = st_session_stats(ses);
-    ns->drafted = st->drafted;
-    ns->accepted = st->accepted;
+    const struct st_session_stats *st = st_session_stats(r->session);
+    uint32_t j = ns->n;
+    ns->drafted[j] = st->drafted;
+    ns->accepted[j] = st->accepted;
     r->stepping = true;
-    int rc = st_session_plan(ses, s->prefill_slice, &cmd, &fin, &e);
-    if (rc == 1 && st_pool_submit(s->eng->node[st_session_node(ses)].pool, cmd, &ns->res, &e) == 0) {
-        ns->r = r;
+    int rc = st_session_plan(r->session, s->prefill_slice, &cmd, &fin, &e);
+    if (rc == 1) return cmd;
+    step_finished(s, r, ns->drafted[j], ns->accepted[j], rc == 0 ? 0 : -1, fin, &e);
+    return NULL;
+}
+
+// The rows a round adds to a batched step's first draft forward and to its
+// verify forward; false for steps that are not rounds (prefill slices).
+static bool round_rows(const Subternary__StepCommand *c, uint32_t *draft, uint32_t *verify)
+{
+    if (c->kind == SUBTERNARY__STEP_KIND__STEP_ROUND) {
+        *draft = (uint32_t)c->n_tokens;
+        *verify = c->k + 1;
+        return true;
+    }
+    *draft = 0;
+    *verify = (uint32_t)c->n_tokens + 1;
+    return c->kind == SUBTERNARY__STEP_KIND__STEP_VERIFY;
+}
+
+// Other sessions of the node whose next step is a round join the step
+// while lanes and rows last; the others take their step back for later.
+// A session marked solo (a batched step it was in failed) runs alone, so a
+// request that crashes the workers fails by itself.
+static void gather(struct st_server *s, uint32_t node, struct node_step *ns)
+{
+    uint32_t draft = 0, verify = 0, d, v;
+    round_rows(ns->lane[0], &draft, &verify);
+    for (struct st_srv_req *q = s->core.active.head, *nx; q && ns->n < s->lanes; q = nx) {
+        nx = q->next;
+        if (q->stepping || q->solo || !on_node(&node, q)) continue;
+        Subternary__StepCommand *c = plan_step(s, ns, q);
+        if (!c) continue;
+        if (!round_rows(c, &d, &v) || draft + d > s->eng->m_max || verify + v > s->eng->m_max) {
+            st_session_unplan(q->session);
+            q->stepping = false;
+            continue;
+        }
+        draft += d, verify += v;
+        ns->r[ns->n] = q;
+        ns->lane[ns->n++] = c;
+    }
+}
+
+// Starts node i's next step: r's, with the rounds of other sessions beside
+// a round of r's.
+static void start_step(struct st_server *s, uint32_t i, struct st_srv_req *r)
+{
+    struct node_step *ns = &s->step[i];
+    struct st_error e = {{0}};
+    ns->n = 0;
+    Subternary__StepCommand *cmd = plan_step(s, ns, r), *step = cmd;
+    if (!cmd) return;
+    ns->r[0] = r;
+    ns->lane[0] = cmd;
+    ns->n = 1;
+    uint32_t d, v;
+    if (!r->solo && s->lanes > 1 && round_rows(cmd, &d, &v)) gather(s, i, ns);
+    if (ns->n > 1) {
+        subternary__step_command__init(&ns->batch);
+        ns->batch.kind = SUBTERNARY__STEP_KIND__STEP_BATCH;
+        ns->batch.n_lanes = ns->n;
+        ns->batch.lanes = ns->lane;
+        for (uint32_t j = 0; j < ns->n; j++) ns->batch.want_timings |= ns->lane[j]->want_timings;
+        step = &ns->batch;
+    }
+    if (st_pool_submit(s->eng->node[i].pool, step, &ns->res, &e) == 0) {
+        st_srv_count_step(&s->core, ns->n);
         return;
     }
-    step_finished(s, r, ns, rc == 0 ? 0 : -1, fin, &e);
+    uint32_t n = ns->n;
+    ns->n = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        st_session_unplan(ns->r[j]->session);
+        step_finished(s, ns->r[j], ns->drafted[j], ns->accepted[j], -1, ST_FINISH_NONE, &e);
+    }
 }
 
 // Handles node i's set for up to timeout_ms; finishes its step when done.
@@ -264,34 +347,46 @@ static void progress_step(struct st_server *s, uint32_t i, int timeout_ms)
 {
     struct node_step *ns = &s->step[i];
     struct st_error e = {{0}};
-    enum st_finish fin = ST_FINISH_NONE;
     int rc = st_pool_progress(s->eng->node[i].pool, timeout_ms, &e);
     if (rc == 0) return;
-    struct st_srv_req *r = ns->r;
-    ns->r = NULL;
-    int n = rc < 0 ? -1 : st_session_step_done(r->session, &ns->res, s->ids, s->ids_cap, &fin, &e);
-    step_finished(s, r, ns, n, fin, &e);
-}
-
-static bool on_node(void *ctx, const struct st_srv_req *r)
-{
-    return r->session && st_session_node(r->session) == *(const uint32_t *)ctx;
+    uint32_t n = ns->n;
+    ns->n = 0;
+    if (rc < 0 && n > 1) {
+        // Which session's rows crashed the workers is not known: each takes
+        // its round back and runs alone until it has stepped.
+        fprintf(stderr, "serve: a step of %u sessions failed (%s): each runs alone now\n", n, e.msg);
+        for (uint32_t j = 0; j < n; j++) {
+            st_session_unplan(ns->r[j]->session);
+            ns->r[j]->solo = true;
+            st_srv_after_step(&s->core, ns->r[j]);
+        }
+        return;
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        struct st_srv_req *r = ns->r[j];
+        enum st_finish fin = ST_FINISH_NONE;
+        struct st_step_result res = ns->res;
+        res.lane = j;
+        if (rc > 0) r->solo = false;
+        int k = rc < 0 ? -1 : st_session_step_done(r->session, &res, s->ids, s->ids_cap, &fin, &e);
+        step_finished(s, r, ns->drafted[j], ns->accepted[j], k, fin, &e);
+    }
 }
 
 // Gives every free set the next request placed on its node.
 static void start_free_sets(struct st_server *s)
 {
     for (uint32_t i = 0; i < s->eng->n_nodes; i++) {
-        if (s->step[i].r) continue;
+        if (s->step[i].n) continue;
         struct st_srv_req *r = st_srv_next(&s->core, on_node, &i);
-        if (r) start_step(s, r);
+        if (r) start_step(s, i, r);
     }
 }
 
 static bool any_step(const struct st_server *s)
 {
     for (uint32_t i = 0; i < s->eng->n_nodes; i++)
-        if (s->step[i].r) return true;
+        if (s->step[i].n) return true;
     return false;
 }
 
@@ -300,7 +395,7 @@ static bool any_step(const struct st_server *s)
 static void finish_steps(struct st_server *s)
 {
     for (uint32_t i = 0; i < s->eng->n_nodes; i++)
-        while (s->step[i].r) progress_step(s, i, STEP_POLL_MS);
+        while (s->step[i].n) progress_step(s, i, STEP_POLL_MS);
 }
 
 // ipc endpoints must live in a directory only we can enter: anyone who can
@@ -350,7 +445,10 @@ static int open_socket(struct st_server *s, struct st_error *e)
         // A domain makes libzmq consult the ZAP handler for every handshake.
         zmq_setsockopt(s->sock, ZMQ_ZAP_DOMAIN, "subternary", strlen("subternary"));
     }
-    snprintf(s->mon_ep, sizeof s->mon_ep, "inproc://st-server-monitor-%p", (void *)s);
+    // A name of its own: a closed server's inproc endpoint may linger in
+    // the context while the next one (perhaps at the same address) opens.
+    static _Atomic unsigned seq;
+    snprintf(s->mon_ep, sizeof s->mon_ep, "inproc://st-server-monitor-%p-%u", (void *)s, ++seq);
     if (zmq_socket_monitor(s->sock, s->mon_ep, ZMQ_EVENT_DISCONNECTED))
         return st_error_set(e, "zmq_socket_monitor: %s", zmq_strerror(errno));
     s->mon = zmq_socket(s->zctx, ZMQ_PAIR);
@@ -383,6 +481,7 @@ int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, vo
     if (!s->cfg.finished_cache) s->cfg.finished_cache = 1024;
     if (!s->cfg.max_deadline_ms) s->cfg.max_deadline_ms = 86400000u;
     s->prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : eng->m_max * 8;
+    s->lanes = cfg->max_batch && cfg->max_batch < eng->n_lanes ? cfg->max_batch : eng->n_lanes;
     s->ids_cap = eng->k_max + 2;
     s->text_cap = (size_t)s->ids_cap * 256;
     s->ids = malloc(s->ids_cap * sizeof *s->ids);
@@ -435,7 +534,7 @@ int st_server_run(struct st_server *s, volatile sig_atomic_t *stop, struct st_er
                                                                            {s->mon, 0, ZMQ_POLLIN, 0}};
         int n_it = 2;
         for (uint32_t i = 0; i < s->eng->n_nodes; i++)
-            if (s->step[i].r)
+            if (s->step[i].n)
                 n_it += st_pool_pollitems(s->eng->node[i].pool, it + n_it);
         if (zmq_poll(it, n_it, more ? 0 : busy ? STEP_POLL_MS : IDLE_POLL_MS) < 0 && errno != EINTR) {
             st_error_set(e, "zmq_poll(%s): %s", s->endpoint, zmq_strerror(errno));
@@ -446,13 +545,13 @@ int st_server_run(struct st_server *s, volatile sig_atomic_t *stop, struct st_er
         drain_monitor(s);
         drain_clients(s);
         for (uint32_t i = 0; i < s->eng->n_nodes; i++)
-            if (s->step[i].r) progress_step(s, i, 0);
+            if (s->step[i].n) progress_step(s, i, 0);
         now = st_srv_now_ns();
         if (!busy || now >= s->next_service_ns) {
             // Heartbeats, and workers that died between steps are replaced
             // (a set with a step in flight watches its workers itself).
             for (uint32_t i = 0; i < s->eng->n_nodes; i++)
-                if (!s->step[i].r) st_pool_service(s->eng->node[i].pool, 0);
+                if (!s->step[i].n) st_pool_service(s->eng->node[i].pool, 0);
             s->next_service_ns = now + SERVICE_EVERY_NS;
         }
     }

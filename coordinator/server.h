@@ -25,6 +25,7 @@ struct st_server_config {
     uint32_t queue;                // requests waiting beyond the slots (0: none may wait)
     uint32_t max_tokens_default;   // for requests with max_tokens 0 (0: 256)
     uint32_t prefill_slice;        // prompt tokens per scheduling turn (0: the engine's prefill batch x 8)
+    uint32_t max_batch;            // sessions' rounds one step carries at most (0: the engine's n_lanes)
     uint32_t max_msg_bytes;        // ZMQ_MAXMSGSIZE: larger messages are dropped (0: 1 MiB)
     uint32_t max_prompt_bytes;     // longest prompt_text (0: 256 KiB)
     uint32_t finished_cache;       // finished results kept for retries (0: 1024)

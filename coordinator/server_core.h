@@ -60,6 +60,7 @@ struct st_srv_req {
     uint64_t received_ns, deadline_ns, started_ns; // deadline 0: none
     void *session;                    // the server's session while ACTIVE
     bool stepping;                    // inside an engine step right now
+    bool solo;                        // runs alone (a batched step it was in failed) until it has stepped
     bool ended;                       // cancelled or dropped during its step
     bool drop;                        // ended without a result to keep (peer gone)
     uint32_t *out;                    // [n_out] ids streamed so far
@@ -90,6 +91,7 @@ struct st_srv_view {
 struct st_srv_counters {
     uint64_t done, cancelled, disconnected, rejected, failed, errors;
     uint64_t tokens, drafted, accepted;
+    uint64_t steps, step_sessions; // worker-set steps, and the sessions in them summed
     uint32_t sessions_peak;
     uint32_t queued_peak;   // most requests waiting beyond the slots at once
 };
@@ -175,6 +177,8 @@ void st_srv_shutdown(struct st_srv_core *c);
 // Adds a round's committed tokens to the throughput window, and its draft
 // figures to the acceptance counters.
 void st_srv_count_round(struct st_srv_core *c, uint32_t tokens, uint32_t drafted, uint32_t accepted, uint64_t now_ns);
+// Counts a worker-set step that carried `sessions` sessions' steps.
+void st_srv_count_step(struct st_srv_core *c, uint32_t sessions);
 
 // Fills a Stats or Health reply (nodes[] and node_ptrs[] are the caller's storage).
 void st_srv_fill_stats(struct st_srv_core *c, Subternary__Stats *st, Subternary__NodeStats *nodes,

@@ -2,6 +2,12 @@
 // tokens-per-second window of one-second buckets, and the engine's view.
 #include "coordinator/server_core.h"
 
+void st_srv_count_step(struct st_srv_core *c, uint32_t sessions)
+{
+    c->c.steps++;
+    c->c.step_sessions += sessions;
+}
+
 void st_srv_count_round(struct st_srv_core *c, uint32_t tokens, uint32_t drafted, uint32_t accepted, uint64_t now_ns)
 {
     c->c.tokens += tokens;
@@ -49,6 +55,8 @@ void st_srv_fill_stats(struct st_srv_core *c, Subternary__Stats *st, Subternary_
     st->accepted = c->c.accepted;
     st->uptime_seconds = up;
     st->queued_peak = c->c.queued_peak;
+    st->steps = c->c.steps;
+    st->step_sessions = c->c.step_sessions;
     uint32_t n = c->view.n_nodes < ST_SRV_MAX_NODES ? c->view.n_nodes : ST_SRV_MAX_NODES;
     for (uint32_t i = 0; i < n; i++) {
         subternary__node_stats__init(&nodes[i]);

@@ -397,27 +397,28 @@ static int round_done(struct st_session *s, const struct st_step_result *res, in
         s->st.op_bytes[j] += res->op_bytes[k];
     }
     const struct st_scratch_layout *sl = &nd->sl;
+    const uint8_t *lane = nd->scratch + st_scratch_lane(sl, 0, res->lane); // this session's outputs
     // The workers' own split of the step; the rest of dt (messages,
     // acceptance, commit) is "other".  Clamped: a step that replaced a
     // worker may leave a stale figure.
-    const uint64_t *ns = (const uint64_t *)(nd->scratch + sl->step_ns);
+    const uint64_t *ns = (const uint64_t *)(lane + sl->step_ns);
     double d_s = spec ? ns[0] * 1e-9 : 0, v_s = ns[1] * 1e-9;
     if (d_s > dt) d_s = dt;
     if (v_s > dt - d_s) v_s = dt - d_s;
     s->st.draft_seconds += d_s;
     s->st.verify_seconds += v_s;
-    const uint32_t *am = (const uint32_t *)(nd->scratch + sl->target_argmax);
-    const uint32_t *y = (const uint32_t *)(nd->scratch + sl->draft_tokens);
+    const uint32_t *am = (const uint32_t *)(lane + sl->target_argmax);
+    const uint32_t *y = (const uint32_t *)(lane + sl->draft_tokens);
     if (spec) { // the draft may have stopped early (draft_p_min)
-        uint32_t kept = *(const uint32_t *)(nd->scratch + sl->draft_kept);
+        uint32_t kept = *(const uint32_t *)(lane + sl->draft_kept);
         if (kept >= 1 && kept < K) K = kept;
     }
     uint32_t m, z;
     if (greedy) {
         m = st_spec_accept_greedy(am, y, K, &z);
     } else {
-        const float *p = (const float *)(nd->scratch + sl->target_probs);
-        const float *q = (const float *)(nd->scratch + sl->draft_probs);
+        const float *p = (const float *)(lane + sl->target_probs);
+        const float *q = (const float *)(lane + sl->draft_probs);
         m = st_spec_accept(p, q, y, K, eng->n_vocab, seed, STREAM_ACCEPT, s->resid, &z);
         if (s->gp.test_broken_acceptance) { // wrong on purpose: keep every draft
             m = K;
@@ -474,6 +475,11 @@ int st_session_step_done(struct st_session *s, const struct st_step_result *res,
     if (pend == PEND_PREFILL) return prefill_done(s, e) ? -1 : 0;
     if (pend == PEND_ROUND) return round_done(s, res, out, cap, finish, e);
     return st_error_set(e, "session %llu has no step in flight", (unsigned long long)s->id);
+}
+
+void st_session_unplan(struct st_session *s)
+{
+    s->pend = PEND_NONE;
 }
 
 int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_finish *finish, struct st_error *e)

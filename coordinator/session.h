@@ -92,6 +92,11 @@ int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__Step
                     enum st_finish *finish, struct st_error *e);
 int st_session_step_done(struct st_session *s, const struct st_step_result *res, int32_t *out, uint32_t cap,
                          enum st_finish *finish, struct st_error *e);
+// Takes back the planned step, unsent or failed: the next st_session_plan
+// plans the same step again (a round keeps its K and random numbers).  A
+// round's outputs are read from lane res->lane of the node's scratch, so
+// several sessions' rounds can run as one batched step.
+void st_session_unplan(struct st_session *s);
 
 // Rolls the session back to its prompt (one committed-length store per
 // model: nothing is copied or cleared) and restarts generation with new

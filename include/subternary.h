@@ -116,6 +116,7 @@ struct st_client_stats {
     uint32_t sessions, sessions_peak, slots, queued, queued_peak, queue_limit;
     uint64_t requests_done, requests_cancelled, requests_disconnected, requests_rejected, requests_failed, errors;
     uint64_t tokens_generated, drafted, accepted, worker_restarts;
+    uint64_t steps, step_sessions; // worker-set steps, and the sessions they carried summed (batching)
     double tokens_per_second, acceptance, uptime_seconds;
     struct st_client_node_stats nodes[ST_CLIENT_MAX_NODES];
     uint32_t n_nodes;

@@ -48,7 +48,7 @@ static void test_crash_at_barrier(void **state)
             // A step in the middle of the next generation: prefill is step 1.
             uint64_t base = st_engine_steps(T.eng);
             uint64_t step = base + 1 + (k % 2 ? 1 : per_gen / 2);
-            st_engine_test_crash(T.eng, step, r, points[k], false);
+            st_engine_test_crash(T.eng, step, r, points[k]);
             struct st_session_stats st;
             generate(24, true, &ids, &n, &st);
             assert_int_equal(n, n_ref);
@@ -58,7 +58,7 @@ static void test_crash_at_barrier(void **state)
             if (st.restarts && rs > worst) worst = rs;
             free(ids);
         }
-    st_engine_test_crash(T.eng, 0, 0, 0, false);
+    st_engine_test_crash(T.eng, 0, 0, 0);
     printf("  %d crash points hit (rank 0 and 1, barriers 1..70): tokens identical; worst replacement %.1f ms\n",
            crashes, worst * 1e3);
     assert_true(crashes >= 14); // a few points lie past a short step's last barrier
@@ -141,18 +141,17 @@ static void test_hung_worker(void **state)
 static void test_poison_step(void **state)
 {
     (void)state;
-    st_engine_test_crash(T.eng, st_engine_steps(T.eng) + 3, 1, 3, true); // step 3: the first round
     struct st_gen_params gp = {.max_tokens = 16, .speculate = true, .k = 4};
     struct st_session *s;
     struct st_error e;
     assert_int_equal(st_session_start(T.eng, &gp, R->prompt_ids, R->n_prompt, ++T.eng->next_session, &s, &e), 0);
+    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3); // its rounds crash a worker
     int32_t buf[64];
     enum st_finish fin;
     assert_int_equal(st_session_round(s, buf, 64, &fin, &e), -1);
     printf("  poison step: %s\n", e.msg);
     assert_non_null(strstr(e.msg, "3 times"));
     st_session_end(&s);
-    st_engine_test_crash(T.eng, 0, 0, 0, false);
     // The engine still serves other sessions.
     int32_t *ids;
     uint32_t n;

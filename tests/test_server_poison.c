@@ -1,6 +1,7 @@
 // The server loop in this process (so the engine's crash hook can poison one
-// step): a step that kills a worker on every attempt fails its own request
-// with ERR_INTERNAL after the retries; the other sessions complete with
+// request): a request whose steps kill a worker on every attempt fails with
+// ERR_INTERNAL after the retries, alone, although it was poisoned inside a
+// step batched with the others' rounds; the other sessions complete with
 // correct output and the server goes on serving.
 #include <pthread.h>
 #include <setjmp.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -35,17 +37,20 @@ static void test_poison_step_fails_alone(void **state)
 {
     (void)state;
     assert_int_equal(st_test_engine_open(&T, "models/pico-target.q8_0.gguf", "models/pico-draft.q4_0.gguf", 2, 1, 4), 0);
-    // References first (they run steps too), then poison a step a few rounds into the serving.
+    // References first (they run steps too).  The last request is the
+    // poison; the others run long enough that its rounds are batched with theirs.
     int32_t prompt[N][11] = {{1, 300, 436, 102, 468, 497, 279, 476, 186, 242, 27}};
+    uint32_t max_tokens[N];
     int32_t *ref[N];
     uint32_t n_ref[N];
     for (int i = 0; i < N; i++) {
         memcpy(prompt[i], prompt[0], sizeof prompt[0]);
         prompt[i][10] = 27 + 50 * i;
-        struct st_gen_params gp = {.max_tokens = 32, .speculate = true, .governor = true, .stop_at_eos = true};
+        max_tokens[i] = i == N - 1 ? 32 : 256;
+        struct st_gen_params gp = {.max_tokens = max_tokens[i], .speculate = true, .governor = true,
+                                   .stop_at_eos = true};
         assert_int_equal(st_test_generate(T.eng, &gp, prompt[i], 11, &ref[i], &n_ref[i], NULL), 0);
     }
-    st_engine_test_crash(T.eng, st_engine_steps(T.eng) + 8, 1, 3, true);
     struct st_server_config cfg = {.listen = "tcp://127.0.0.1:*", .queue = 4, .quiet = true,
                                    .target_name = "pico-target", .draft_name = "pico-draft"};
     struct st_error e;
@@ -63,9 +68,20 @@ static void test_poison_step_fails_alone(void **state)
     for (int i = 0; i < N; i++) {
         assert_non_null(c[i] = st_test_client(&view, NULL));
         snprintf(id[i], sizeof id[i], "p%d", i);
+        if (i == N - 1) { // the others decode; the poison takes the next slot
+            struct st_client_stats st;
+            for (int k = 0; k < 500; k++) {
+                assert_int_equal(st_client_stats(c[i], &st, 5000), 1);
+                if (st.tokens_generated >= 16) break;
+                usleep(2000);
+            }
+            assert_true(st.tokens_generated >= 16 && st.tokens_generated < 2 * 256);
+            st_engine_test_poison(T.eng, true, N - 1, 1, 3);
+        }
         uint32_t ids[11];
         for (int k = 0; k < 11; k++) ids[k] = (uint32_t)prompt[i][k];
-        struct st_client_request q = {.request_id = id[i], .prompt_ids = ids, .n_prompt_ids = 11, .max_tokens = 32};
+        struct st_client_request q = {.request_id = id[i], .prompt_ids = ids, .n_prompt_ids = 11,
+                                      .max_tokens = max_tokens[i]};
         assert_int_equal(st_client_submit(c[i], &q), 0);
     }
     int failed = 0, ok = 0;
@@ -73,6 +89,7 @@ static void test_poison_step_fails_alone(void **state)
         assert_int_equal(st_test_wait(c[i], id[i], &r[i], 60000), 0);
         if (r[i].code == ST_CLIENT_ERR_INTERNAL) {
             failed++;
+            assert_int_equal(i, N - 1); // the poison, and only it
             printf("  request %d failed alone: %s\n", i, r[i].message);
             continue;
         }
@@ -88,7 +105,8 @@ static void test_poison_step_fails_alone(void **state)
     memset(&again, 0, sizeof again);
     uint32_t ids[11];
     for (int k = 0; k < 11; k++) ids[k] = (uint32_t)prompt[0][k];
-    struct st_client_request q = {.request_id = "again", .prompt_ids = ids, .n_prompt_ids = 11, .max_tokens = 32};
+    struct st_client_request q = {.request_id = "again", .prompt_ids = ids, .n_prompt_ids = 11,
+                                  .max_tokens = max_tokens[0]};
     assert_int_equal(st_client_submit(c[0], &q), 0);
     assert_int_equal(st_test_wait(c[0], "again", &again, 60000), 0);
     assert_int_equal(again.code, 0);
@@ -96,8 +114,11 @@ static void test_poison_step_fails_alone(void **state)
     struct st_client_stats st;
     assert_int_equal(st_client_stats(c[0], &st, 5000), 1);
     assert_int_equal(st.requests_failed, 1);
+    printf("  %llu steps, %.2f sessions a step\n", (unsigned long long)st.steps, (double)st.step_sessions / st.steps);
+    assert_true(st.step_sessions > st.steps); // rounds were batched
     assert_int_equal(st.requests_done, N);
-    assert_true(st.worker_restarts >= 3);
+    // 3 attempts of the batched step, then 3 of the poison's round alone.
+    assert_true(st.worker_restarts >= 6);
     struct st_client_health h;
     assert_int_equal(st_client_health(c[0], &h, 5000), 1);
     assert_true(h.ok);
