@@ -130,7 +130,7 @@ int st_bench_all(int argc, char **argv)
     } suites[] = {{"kernels", st_bench_kernels}, {"shm", st_bench_shm},         {"spec", st_bench_spec},
                   {"ctx", st_bench_ctx},         {"contention", st_bench_contention},
                   {"governor", st_bench_governor}, {"profile", st_bench_profile},
-                  {"nodes", st_bench_nodes}};
+                  {"nodes", st_bench_nodes},     {"batch", st_bench_batch}};
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         printf("\n===== bench %s%s\n", suites[i].name, quick ? " --quick" : "");
         fflush(stdout);

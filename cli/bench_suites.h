@@ -8,6 +8,7 @@ int st_bench_ctx(int argc, char **argv);
 int st_bench_contention(int argc, char **argv);
 int st_bench_profile(int argc, char **argv);
 int st_bench_nodes(int argc, char **argv);
+int st_bench_batch(int argc, char **argv);
 int st_bench_all(int argc, char **argv);
 
 #endif

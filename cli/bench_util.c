@@ -62,7 +62,7 @@ int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, s
     memset(r, 0, sizeof *r);
     r->steal = NAN;
     if (st_self_exe(r->exe, sizeof r->exe, e) || st_rundir_new(r->dir, sizeof r->dir, e)) return -1;
-    struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = 1, .n_ctx = o->n_ctx,
+    struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = o->n_slots, .n_ctx = o->n_ctx,
                                   .k_max = o->k_max > ST_ENGINE_K_DEFAULT ? o->k_max : ST_ENGINE_K_DEFAULT, .exe = r->exe, .run_dir = r->dir, .progress = true, .cpus = o->cpus,
                                   .n_nodes = o->n_nodes, .workers_per_node = o->workers, .quiet = false};
     r->zctx = zmq_ctx_new();

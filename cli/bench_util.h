@@ -40,6 +40,7 @@ struct st_bench_opts {
     uint32_t n_ctx;
     const char *cpus;
     uint32_t n_nodes, workers;
+    uint32_t n_slots;          // KV slots per node (0: 1)
     uint32_t k_max;            // the engine's longest draft: at least this, and ST_ENGINE_K_DEFAULT
 };
 

@@ -24,6 +24,7 @@ static const struct suite suites[] = {
     {"governor", st_bench_governor, "matching vs non-matching draft, governor on/off"},
     {"profile", st_bench_profile, "per-op attribution of one generation"},
     {"nodes", st_bench_nodes, "a server's worker sets side by side: one request alone vs one a node at once"},
+    {"batch", st_bench_batch, "sessions' rounds batched in one step: N requests at once, batched vs one a step"},
     {"all", st_bench_all, "every suite (--quick: a short version of each; --compare-llamacpp DIR goes to spec)"},
     {NULL, NULL, NULL},
 };

@@ -1,7 +1,8 @@
-// `subternary bench nodes` on the pico pair, two virtual nodes of one worker:
-// the real binary starts its server and workers, runs one request alone and
-// one a node at once, and prints every figure; impossible options are
-// refused by name.
+// The benches that run a server, on the pico pair: `bench nodes` (two
+// virtual nodes of one worker: one request alone, then one a node at once)
+// and `bench batch` (one node: N requests at once, batched and one session
+// a step).  The real binary starts its server and workers and prints every
+// figure; impossible options are refused by name.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,6 +52,36 @@ static void test_two_nodes(void **state)
     assert_int_equal(lines, 3); // header and 2 runs
 }
 
+static void test_batch(void **state)
+{
+    (void)state;
+    char target[4096], draft[4096];
+    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
+    st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
+    const char *args[] = {"bench", "batch", "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
+                          "-n", "24", "--runs", "2", "--sessions", "3", "--workers", "2", "--results",
+                          st_tmp("results"), NULL};
+    int rc = st_run_cli(out, sizeof out, args);
+    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    expect("3 requests at once, 1 node of 2 workers, 2 alternating runs");
+    expect("  run 2: one request ");
+    expect(" 3 at once, one session a step:");
+    expect(" 3 at once, batched:");
+    const char *r = strstr(out, "ratio batched / one a step:");
+    assert_non_null(r);
+    double ratio = strtod(r + strlen("ratio batched / one a step:"), NULL);
+    assert_true(ratio > 0 && ratio < 100);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/batch.csv", st_tmp("results"));
+    FILE *f = fopen(csv, "r");
+    assert_non_null(f);
+    char line[256];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) lines++;
+    fclose(f);
+    assert_int_equal(lines, 3);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -60,12 +91,19 @@ static void test_refusals(void **state)
     const char *bad[] = {"bench", "nodes", "--no-such-option", NULL};
     assert_int_equal(st_run_cli(out, sizeof out, bad), 2);
     expect("usage: subternary bench nodes");
+    const char *nodes[] = {"bench", "batch", "--nodes", "2", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, nodes), 2);
+    expect("one node (--nodes 1)");
+    const char *many[] = {"bench", "batch", "--sessions", "9", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, many), 2);
+    expect("--sessions");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_batch),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, st_tmpdir_setup, st_tmpdir_teardown);

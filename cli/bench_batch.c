@@ -1,0 +1,122 @@
+// `subternary bench batch`: a real server with one worker set (one node),
+// fed over ZeroMQ by the client library: N identical requests at once, with
+// their rounds batched (one step carries every session's round, so each
+// forward reads the weights once for all of them) against the same server
+// taking one session a step (--batch 1), alternating, and one request alone
+// for scale.  Decoding reads the weights at the memory's rate, so batching
+// N sessions approaches N times the tokens/s of one, until the rows' own
+// compute shows.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/bench_served.h"
+#include "cli/bench_suites.h"
+
+// One server of the given batch on the rig's engine, n requests at once.
+static double served_run(struct st_bench_rig *rig, uint32_t max_batch, const struct st_bench_common *b,
+                         const char *text, const uint32_t *ids, size_t n_ids, uint32_t n)
+{
+    struct st_bench_served sv;
+    struct st_error e = {{0}};
+    double tps = -1;
+    if (st_bench_served_open(&sv, rig->eng, rig->zctx, max_batch, &e))
+        fprintf(stderr, "bench batch: %s\n", e.msg);
+    else
+        tps = st_bench_served_run(&sv, b, text, ids, n_ids, n, "bench batch");
+    st_bench_served_close(&sv);
+    return tps;
+}
+
+int st_bench_batch(int argc, char **argv)
+{
+    struct st_bench_common b;
+    st_bench_common_defaults(&b);
+    b.o.n_nodes = 1;
+    uint32_t n = 4;
+    for (int i = 1; i < argc; i++) {
+        int r = st_bench_common_opt(argc, argv, &i, &b);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "--no-draft")) {
+            b.o.draft = NULL;
+            continue;
+        }
+        if (!strcmp(argv[i], "--sessions") && i + 1 < argc) {
+            if (st_args_u32("bench batch", "--sessions", argv[++i], 2, ST_ENGINE_MAX_LANES, &n)) return 2;
+            continue;
+        }
+        fprintf(stderr, "usage: subternary bench batch [-m TARGET] [-d DRAFT | --no-draft] [-p TEXT | --tokens IDS] "
+                        "[--sessions N] [-n N] [--runs R] [--workers W] [--cpus LIST] [--ctx N] [--quick]\n");
+        return 2;
+    }
+    if (b.quick) {
+        if (b.runs == 5) b.runs = 2;
+        if (b.n_tokens == 128) b.n_tokens = 48;
+    }
+    if (b.o.n_nodes != 1) {
+        fprintf(stderr, "bench batch: one node (--nodes 1): batching is within a node's worker set\n");
+        return 2;
+    }
+    if (!b.o.n_ctx) b.o.n_ctx = 2048;
+    b.o.n_slots = n;
+    struct st_bench_rig rig;
+    struct st_error e = {{0}};
+    uint32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = 1;
+    if (st_bench_rig_engine(&rig, &b.o, &e)) goto out;
+    if (rig.eng->n_lanes < n) {
+        st_error_set(&e, "%u sessions do not fit one step (%u lanes: prefill chunk %u / (k-max %u + 1))", n,
+                     rig.eng->n_lanes, rig.eng->m_max, rig.eng->k_max);
+        goto out;
+    }
+    if (b.o.prompt_ids) {
+        int32_t *p;
+        if (st_args_parse_ids(b.o.prompt_ids, &p, &n_ids, &e)) goto out;
+        ids = (uint32_t *)p;
+    }
+    const char *text = b.o.prompt_text ? b.o.prompt_text : ST_BENCH_PROMPT;
+    uint32_t workers = st_pool_ranks(rig.eng->node[0].pool);
+    printf("bench batch: %s%s%s, %u tokens a request, %u requests at once, 1 node of %u worker%s, %d alternating "
+           "runs\n",
+           b.o.target, b.o.draft ? " + " : "", b.o.draft ? b.o.draft : " alone", b.n_tokens, n, workers,
+           workers == 1 ? "" : "s", b.runs);
+    FILE *csv = st_bench_csv(b.results, "batch");
+    if (!csv) goto out;
+    fprintf(csv, "run,one_tps,turns_tps,batched_tps,ratio\n");
+    struct st_bench_stat one = {0}, turns = {0}, batched = {0}, ratio = {0};
+    // Warm-up: page-ins and the node's cost figures.
+    if (served_run(&rig, 0, &b, text, ids, n_ids, n) < 0) goto csv_out;
+    for (int r = 0; r < b.runs; r++) {
+        double a = served_run(&rig, 1, &b, text, ids, n_ids, 1);
+        double t = a < 0 ? -1 : served_run(&rig, 1, &b, text, ids, n_ids, n);
+        double m = t < 0 ? -1 : served_run(&rig, 0, &b, text, ids, n_ids, n);
+        if (m < 0) goto csv_out;
+        st_bench_add(&one, a);
+        st_bench_add(&turns, t);
+        st_bench_add(&batched, m);
+        st_bench_add(&ratio, m / t);
+        fprintf(csv, "%d,%.3f,%.3f,%.3f,%.4f\n", r, a, t, m, m / t);
+        printf("  run %d: one request %.1f tokens/s; %u at once: one a step %.1f, batched %.1f tokens/s together: "
+               "%.2fx\n",
+               r + 1, a, n, t, m, m / t);
+        fflush(stdout);
+    }
+    printf("one request alone:              %8.1f +- %.1f tokens/s\n", st_bench_mean(&one), st_bench_std(&one));
+    printf("%2u at once, one session a step: %8.1f +- %.1f tokens/s together\n", n, st_bench_mean(&turns),
+           st_bench_std(&turns));
+    printf("%2u at once, batched:            %8.1f +- %.1f tokens/s together\n", n, st_bench_mean(&batched),
+           st_bench_std(&batched));
+    printf("ratio batched / one a step:     %8.2f +- %.2fx (%.2fx one request alone)\n", st_bench_mean(&ratio),
+           st_bench_std(&ratio), st_bench_mean(&batched) / st_bench_mean(&one));
+    rc = 0;
+csv_out:
+    fclose(csv);
+out:
+    if (rc && e.msg[0]) fprintf(stderr, "bench batch: %s\n", e.msg);
+    free(ids);
+    st_bench_rig_close(&rig);
+    return rc;
+}

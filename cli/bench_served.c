@@ -1,0 +1,79 @@
+#include "cli/bench_served.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define REQ_TIMEOUT_MS 600000
+#define MAX_AT_ONCE 64
+
+static void *serve_main(void *arg)
+{
+    struct st_bench_served *sv = arg;
+    struct st_error e;
+    if (st_server_run(sv->srv, &sv->stop, &e)) fprintf(stderr, "bench: server: %s\n", e.msg);
+    return NULL;
+}
+
+int st_bench_served_open(struct st_bench_served *sv, struct st_engine *eng, void *zctx, uint32_t max_batch,
+                         struct st_error *e)
+{
+    memset(sv, 0, sizeof *sv);
+    struct st_server_config cfg = {.listen = "tcp://127.0.0.1:*", .queue = MAX_AT_ONCE, .quiet = true,
+                                   .max_batch = max_batch};
+    if (st_server_open(&cfg, eng, zctx, &sv->srv, e)) return -1;
+    if (pthread_create(&sv->thread, NULL, serve_main, sv)) return st_error_set(e, "pthread_create failed");
+    sv->running = true;
+    struct st_client_options co = {.endpoint = st_server_endpoint(sv->srv)};
+    if (st_client_connect(&co, &sv->c))
+        return st_error_set(e, "connecting to %s: %s", co.endpoint, sv->c ? st_client_error(sv->c) : "failed");
+    return 0;
+}
+
+void st_bench_served_close(struct st_bench_served *sv)
+{
+    st_client_close(&sv->c);
+    if (sv->running) {
+        sv->stop = 1;
+        pthread_join(sv->thread, NULL);
+        sv->running = false;
+    }
+    st_server_close(&sv->srv);
+}
+
+double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_common *b, const char *text,
+                           const uint32_t *ids, size_t n_ids, uint32_t n, const char *who)
+{
+    char names[MAX_AT_ONCE][32];
+    if (n > MAX_AT_ONCE) n = MAX_AT_ONCE;
+    double t0 = st_bench_seconds();
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof names[i], "b%u-%u", sv->batch_no, i);
+        struct st_client_request rq = {.request_id = names[i], .prompt_text = ids ? NULL : text, .prompt_ids = ids,
+                                       .n_prompt_ids = n_ids, .add_bos = true, .max_tokens = b->n_tokens,
+                                       .ignore_eos = true, .no_speculation = b->o.draft == NULL};
+        if (st_client_submit(sv->c, &rq)) {
+            fprintf(stderr, "%s: submit: %s\n", who, st_client_error(sv->c));
+            return -1;
+        }
+    }
+    sv->batch_no++;
+    uint32_t left = n, tokens = 0;
+    while (left) {
+        struct st_client_event ev;
+        int rc = st_client_next(sv->c, &ev, REQ_TIMEOUT_MS);
+        if (rc <= 0) {
+            fprintf(stderr, "%s: %s\n", who, rc ? st_client_error(sv->c) : "no answer from the server");
+            return -1;
+        }
+        if (ev.type == ST_CLIENT_EV_DONE) {
+            tokens += ev.done.tokens;
+            left--;
+        } else if (ev.type == ST_CLIENT_EV_ERROR) {
+            fprintf(stderr, "%s: request %s: %s: %s\n", who, ev.request_id, st_client_code_name(ev.code), ev.message);
+            st_client_event_clear(&ev);
+            return -1;
+        }
+        st_client_event_clear(&ev);
+    }
+    return tokens / (st_bench_seconds() - t0);
+}
