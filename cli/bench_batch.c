@@ -36,13 +36,9 @@ int st_bench_batch(int argc, char **argv)
     b.o.n_nodes = 1;
     uint32_t n = 4;
     for (int i = 1; i < argc; i++) {
-        int r = st_bench_common_opt(argc, argv, &i, &b);
+        int r = st_bench_served_opt(argc, argv, &i, &b);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "--no-draft")) {
-            b.o.draft = NULL;
-            continue;
-        }
         if (!strcmp(argv[i], "--sessions") && i + 1 < argc) {
             if (st_args_u32("bench batch", "--sessions", argv[++i], 2, ST_ENGINE_MAX_LANES, &n)) return 2;
             continue;
@@ -51,15 +47,11 @@ int st_bench_batch(int argc, char **argv)
                         "[--sessions N] [-n N] [--runs R] [--workers W] [--cpus LIST] [--ctx N] [--quick]\n");
         return 2;
     }
-    if (b.quick) {
-        if (b.runs == 5) b.runs = 2;
-        if (b.n_tokens == 128) b.n_tokens = 48;
-    }
+    st_bench_served_defaults(&b);
     if (b.o.n_nodes != 1) {
         fprintf(stderr, "bench batch: one node (--nodes 1): batching is within a node's worker set\n");
         return 2;
     }
-    if (!b.o.n_ctx) b.o.n_ctx = 2048;
     b.o.n_slots = n;
     struct st_bench_rig rig;
     struct st_error e = {{0}};

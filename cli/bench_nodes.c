@@ -19,27 +19,19 @@ int st_bench_nodes(int argc, char **argv)
     st_bench_common_defaults(&b);
     b.o.n_nodes = 2;
     for (int i = 1; i < argc; i++) {
-        int r = st_bench_common_opt(argc, argv, &i, &b);
+        int r = st_bench_served_opt(argc, argv, &i, &b);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "--no-draft")) {
-            b.o.draft = NULL;
-            continue;
-        }
         fprintf(stderr, "usage: subternary bench nodes [-m TARGET] [-d DRAFT | --no-draft] [-p TEXT | --tokens IDS] "
                         "[-n N] [--runs R] [--nodes N] [--workers W] [--cpus LIST] [--ctx N] [--quick]\n");
         return 2;
     }
-    if (b.quick) {
-        if (b.runs == 5) b.runs = 2;
-        if (b.n_tokens == 128) b.n_tokens = 48;
-    }
+    st_bench_served_defaults(&b);
     if (b.o.n_nodes < 2 || b.o.n_nodes > ST_ENGINE_MAX_NODES) {
         fprintf(stderr, "bench nodes: --nodes %u: give 2 to %d nodes to compare with one request alone\n", b.o.n_nodes,
                 ST_ENGINE_MAX_NODES);
         return 2;
     }
-    if (!b.o.n_ctx) b.o.n_ctx = 2048;
     struct st_bench_rig rig;
     struct st_bench_served sv = {0};
     struct st_error e = {{0}};

@@ -6,6 +6,24 @@
 #define REQ_TIMEOUT_MS 600000
 #define MAX_AT_ONCE 64
 
+int st_bench_served_opt(int argc, char **argv, int *i, struct st_bench_common *b)
+{
+    int r = st_bench_common_opt(argc, argv, i, b);
+    if (r) return r;
+    if (strcmp(argv[*i], "--no-draft")) return 0;
+    b->o.draft = NULL;
+    return 1;
+}
+
+void st_bench_served_defaults(struct st_bench_common *b)
+{
+    if (b->quick) {
+        if (b->runs == 5) b->runs = 2;
+        if (b->n_tokens == 128) b->n_tokens = 48;
+    }
+    if (!b->o.n_ctx) b->o.n_ctx = 2048;
+}
+
 static void *serve_main(void *arg)
 {
     struct st_bench_served *sv = arg;

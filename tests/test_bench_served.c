@@ -22,6 +22,25 @@ static void expect(const char *what)
     if (!strstr(out, what)) fail_msg("no '%s' in:\n%s", what, out);
 }
 
+// The bench's ratio line holds a positive, finite figure (not a timing
+// bound), and results/NAME.csv a header and 2 runs.
+static void expect_figures(const char *ratio_label, const char *csv_name)
+{
+    const char *r = strstr(out, ratio_label);
+    assert_non_null(r);
+    double ratio = strtod(r + strlen(ratio_label), NULL);
+    assert_true(ratio > 0 && ratio < 100);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/%s", st_tmp("results"), csv_name);
+    FILE *f = fopen(csv, "r");
+    assert_non_null(f);
+    char line[256];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) lines++;
+    fclose(f);
+    assert_int_equal(lines, 3);
+}
+
 static void test_two_nodes(void **state)
 {
     (void)state;
@@ -36,20 +55,7 @@ static void test_two_nodes(void **state)
     expect("2 nodes of 1 worker, 2 alternating runs");
     expect("  run 2: one request ");
     expect("one request alone:");
-    expect("ratio:");
-    // Figures, not a timing bound: the ratio is positive and finite.
-    const char *r = strstr(out, "ratio:");
-    double ratio = strtod(r + strlen("ratio:"), NULL);
-    assert_true(ratio > 0 && ratio < 100);
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s/nodes.csv", st_tmp("results"));
-    FILE *f = fopen(csv, "r");
-    assert_non_null(f);
-    char line[256];
-    int lines = 0;
-    while (fgets(line, sizeof line, f)) lines++;
-    fclose(f);
-    assert_int_equal(lines, 3); // header and 2 runs
+    expect_figures("ratio:", "nodes.csv");
 }
 
 static void test_batch(void **state)
@@ -67,19 +73,7 @@ static void test_batch(void **state)
     expect("  run 2: one request ");
     expect(" 3 at once, one session a step:");
     expect(" 3 at once, batched:");
-    const char *r = strstr(out, "ratio batched / one a step:");
-    assert_non_null(r);
-    double ratio = strtod(r + strlen("ratio batched / one a step:"), NULL);
-    assert_true(ratio > 0 && ratio < 100);
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s/batch.csv", st_tmp("results"));
-    FILE *f = fopen(csv, "r");
-    assert_non_null(f);
-    char line[256];
-    int lines = 0;
-    while (fgets(line, sizeof line, f)) lines++;
-    fclose(f);
-    assert_int_equal(lines, 3);
+    expect_figures("ratio batched / one a step:", "batch.csv");
 }
 
 static void test_refusals(void **state)

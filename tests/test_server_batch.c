@@ -62,10 +62,24 @@ static double sessions_a_step(struct st_client *c, struct st_client_stats *st)
     return st->steps ? (double)st->step_sessions / (double)st->steps : 0;
 }
 
-static void start(struct st_test_server *s, const char *batch)
+// A server of 4 slots and the given --batch, and a client of it.
+static struct st_client *start(struct st_test_server *s, const char *batch)
 {
     const char *args[] = {"--slots", "4", "--batch", batch, NULL};
     assert_int_equal(st_test_server_start(s, args), 0);
+    struct st_client *c = st_test_client(s, NULL);
+    assert_non_null(c);
+    return c;
+}
+
+// Greedy requests of TOKENS tokens on the first n prompts, named PREFIX<p>.
+static void requests(struct st_client_request *q, char (*id)[16], int n, const char *prefix)
+{
+    for (int p = 0; p < n; p++) {
+        snprintf(id[p], sizeof id[p], "%s%d", prefix, p);
+        q[p] = (struct st_client_request){.request_id = id[p], .prompt_ids = prompt_ids[p],
+                                          .n_prompt_ids = n_prompt_ids[p], .max_tokens = TOKENS, .ignore_eos = true};
+    }
 }
 
 static void stop(struct st_test_server *s)
@@ -80,17 +94,11 @@ static void test_greedy_batched(void **state)
 {
     (void)state;
     struct st_test_server s = {0};
-    start(&s, "4");
-    struct st_client *c = st_test_client(&s, NULL);
-    assert_non_null(c);
+    struct st_client *c = start(&s, "4");
     struct st_client_request q[N_PROMPTS];
     char id[N_PROMPTS][16];
-    for (int p = 0; p < N_PROMPTS; p++) {
-        snprintf(id[p], sizeof id[p], "g%d", p);
-        q[p] = (struct st_client_request){.request_id = id[p], .prompt_ids = prompt_ids[p],
-                                          .n_prompt_ids = n_prompt_ids[p], .max_tokens = TOKENS,
-                                          .ignore_eos = true, .no_speculation = p == N_PROMPTS - 1};
-    }
+    requests(q, id, N_PROMPTS, "g");
+    q[N_PROMPTS - 1].no_speculation = true;
     static struct st_test_result r[N_PROMPTS];
     run_together(c, q, r, N_PROMPTS);
     for (int p = 0; p < N_PROMPTS; p++) {
@@ -112,18 +120,17 @@ static void test_sampled_batched_equals_alone(void **state)
 {
     (void)state;
     struct st_test_server s = {0};
-    start(&s, "4");
-    struct st_client *c = st_test_client(&s, NULL);
-    assert_non_null(c);
+    struct st_client *c = start(&s, "4");
     struct st_client_request q[N_PROMPTS];
     char id[N_PROMPTS][16];
+    requests(q, id, N_PROMPTS, "s");
     for (int p = 0; p < N_PROMPTS; p++) {
-        snprintf(id[p], sizeof id[p], "s%d", p);
-        q[p] = (struct st_client_request){.request_id = id[p], .prompt_ids = prompt_ids[p],
-                                          .n_prompt_ids = n_prompt_ids[p], .max_tokens = TOKENS,
-                                          .ignore_eos = true, .temperature = p % 2 ? 1.2f : 0.8f,
-                                          .top_p = p == 1 ? 0.9f : 0, .seed = 1000 + (uint64_t)p,
-                                          .k = 3, .no_governor = true, .no_speculation = p == 2};
+        q[p].temperature = p % 2 ? 1.2f : 0.8f;
+        q[p].top_p = p == 1 ? 0.9f : 0;
+        q[p].seed = 1000 + (uint64_t)p;
+        q[p].k = 3;
+        q[p].no_governor = true;
+        q[p].no_speculation = p == 2;
     }
     static struct st_test_result together[N_PROMPTS], alone[N_PROMPTS];
     run_together(c, q, together, N_PROMPTS);
@@ -146,16 +153,10 @@ static void test_batch_off(void **state)
 {
     (void)state;
     struct st_test_server s = {0};
-    start(&s, "1");
-    struct st_client *c = st_test_client(&s, NULL);
-    assert_non_null(c);
+    struct st_client *c = start(&s, "1");
     struct st_client_request q[2];
     char id[2][16];
-    for (int p = 0; p < 2; p++) {
-        snprintf(id[p], sizeof id[p], "o%d", p);
-        q[p] = (struct st_client_request){.request_id = id[p], .prompt_ids = prompt_ids[p],
-                                          .n_prompt_ids = n_prompt_ids[p], .max_tokens = TOKENS, .ignore_eos = true};
-    }
+    requests(q, id, 2, "o");
     static struct st_test_result r[2];
     run_together(c, q, r, 2);
     for (int p = 0; p < 2; p++) assert_true(st_test_prefix_of(&r[p], ref[p], n_ref[p], TOKENS));
