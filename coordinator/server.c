@@ -251,77 +251,109 @@ static bool on_node(void *ctx, const struct st_srv_req *r)
     return r->session && st_session_node(r->session) == *(const uint32_t *)ctx;
 }
 
-// Plans r's next step (a prefill slice, the draft's backlog, or a round) as
-// lane ns->n (not yet counted).  A session that ends without a step, or
-// cannot plan one, ends here: NULL.
-static Subternary__StepCommand *plan_step(struct st_server *s, struct node_step *ns, struct st_srv_req *r)
+// Plans r's next step (a prompt slice of at most max_rows tokens, 0: the
+// engine's batch; the draft's backlog; or a round) as lane j.  A session
+// that ends without a step, or cannot plan one, ends here: NULL.
+static Subternary__StepCommand *plan_step(struct st_server *s, struct node_step *ns, uint32_t j, struct st_srv_req *r,
+                                          uint32_t max_rows)
 {
     struct st_error e = {{0}};
     enum st_finish fin;
     Subternary__StepCommand *cmd;
     const struct st_session_stats *st = st_session_stats(r->session);
-    uint32_t j = ns->n;
     ns->drafted[j] = st->drafted;
     ns->accepted[j] = st->accepted;
     r->stepping = true;
-    int rc = st_session_plan(r->session, s->prefill_slice, &cmd, &fin, &e);
+    int rc = st_session_plan(r->session, s->prefill_slice, max_rows, &cmd, &fin, &e);
     if (rc == 1) return cmd;
     step_finished(s, r, ns->drafted[j], ns->accepted[j], rc == 0 ? 0 : -1, fin, &e);
     return NULL;
 }
 
-// The rows a round adds to a batched step's first draft forward and to its
-// verify forward; false for steps that are not rounds (prefill slices).
-static bool round_rows(const Subternary__StepCommand *c, uint32_t *draft, uint32_t *verify)
+// Adds the rows step c puts in a batched step's draft forward (a round's
+// unseen tokens, a draft prompt slice) and in its target forward (verify
+// rows, a target prompt slice); false for a step that cannot be batched.
+static bool step_rows(const Subternary__StepCommand *c, uint32_t *draft, uint32_t *verify)
 {
-    if (c->kind == SUBTERNARY__STEP_KIND__STEP_ROUND) {
-        *draft = (uint32_t)c->n_tokens;
-        *verify = c->k + 1;
+    switch (c->kind) {
+    case SUBTERNARY__STEP_KIND__STEP_ROUND:
+        *draft += (uint32_t)c->n_tokens;
+        *verify += c->k + 1;
         return true;
+    case SUBTERNARY__STEP_KIND__STEP_VERIFY: *verify += (uint32_t)c->n_tokens + 1; return true;
+    case SUBTERNARY__STEP_KIND__STEP_PREFILL:
+        if (c->want_logits) return false;
+        *(c->model == ST_MODEL_DRAFT ? draft : verify) += (uint32_t)c->n_tokens;
+        return true;
+    default: return false;
     }
-    *draft = 0;
-    *verify = (uint32_t)c->n_tokens + 1;
-    return c->kind == SUBTERNARY__STEP_KIND__STEP_VERIFY;
 }
 
-// Other sessions of the node whose next step is a round join the step
-// while lanes and rows last; the others take their step back for later.
-// A session marked solo (a batched step it was in failed) runs alone, so a
-// request that crashes the workers fails by itself.
-static void gather(struct st_server *s, uint32_t node, struct node_step *ns)
+static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+// Other sessions of the node join the step while lanes last and each
+// forward keeps within `limit` rows: their rounds, and (take_prefill) one
+// prompt slice in the rows left, if at least a quarter of a forward.  The
+// others take their step back for later.  A session marked solo (a batched
+// step it was in failed) runs alone, so a request that crashes the workers
+// fails by itself.
+static void gather(struct st_server *s, uint32_t node, struct node_step *ns, uint32_t *draft, uint32_t *verify,
+                   uint32_t limit, bool take_prefill)
 {
-    uint32_t draft = 0, verify = 0, d, v;
-    round_rows(ns->lane[0], &draft, &verify);
+    uint32_t min_slice = s->eng->m_max / 4 ? s->eng->m_max / 4 : 1;
     for (struct st_srv_req *q = s->core.active.head, *nx; q && ns->n < s->lanes; q = nx) {
         nx = q->next;
         if (q->stepping || q->solo || !on_node(&node, q)) continue;
-        Subternary__StepCommand *c = plan_step(s, ns, q);
+        uint32_t room = limit - max_u32(*draft, *verify);
+        bool slice_fits = take_prefill && room >= min_slice;
+        Subternary__StepCommand *c = plan_step(s, ns, ns->n, q, slice_fits ? room : 0);
         if (!c) continue;
-        if (!round_rows(c, &d, &v) || draft + d > s->eng->m_max || verify + v > s->eng->m_max) {
+        uint32_t d = *draft, v = *verify;
+        bool prefill = c->kind == SUBTERNARY__STEP_KIND__STEP_PREFILL;
+        if ((prefill && !slice_fits) || !step_rows(c, &d, &v) || d > limit || v > limit) {
             st_session_unplan(q->session);
             q->stepping = false;
             continue;
         }
-        draft += d, verify += v;
+        take_prefill &= !prefill;
+        *draft = d, *verify = v;
         ns->r[ns->n] = q;
         ns->lane[ns->n++] = c;
     }
 }
 
-// Starts node i's next step: r's, with the rounds of other sessions beside
-// a round of r's.
+// Starts node i's next step: r's, batched with other sessions' steps of the
+// node.  A round takes along the others' rounds and one prompt slice; a
+// prompt slice takes along the others' rounds in half the rows and itself
+// fills the rest (alone, it runs whole: a prefill batch of forwards).  So a
+// long prompt does not stall the sessions decoding beside it.
 static void start_step(struct st_server *s, uint32_t i, struct st_srv_req *r)
 {
     struct node_step *ns = &s->step[i];
     struct st_error e = {{0}};
     ns->n = 0;
-    Subternary__StepCommand *cmd = plan_step(s, ns, r), *step = cmd;
+    Subternary__StepCommand *cmd = plan_step(s, ns, 0, r, 0), *step = cmd;
     if (!cmd) return;
     ns->r[0] = r;
     ns->lane[0] = cmd;
     ns->n = 1;
-    uint32_t d, v;
-    if (!r->solo && s->lanes > 1 && round_rows(cmd, &d, &v)) gather(s, i, ns);
+    uint32_t draft = 0, verify = 0, m = s->eng->m_max;
+    if (!r->solo && s->lanes > 1 && cmd->kind == SUBTERNARY__STEP_KIND__STEP_PREFILL && !cmd->want_logits) {
+        gather(s, i, ns, &draft, &verify, m / 2, false);
+        if (ns->n > 1) { // the slice again, in the rows the rounds left
+            st_session_unplan(r->session);
+            ns->lane[0] = step = cmd = plan_step(s, ns, 0, r, m - max_u32(draft, verify));
+            if (!cmd) { // cannot happen: the same slice, shorter; the rounds go on without it
+                ns->r[0] = ns->r[--ns->n];
+                ns->lane[0] = ns->lane[ns->n];
+                ns->drafted[0] = ns->drafted[ns->n];
+                ns->accepted[0] = ns->accepted[ns->n];
+                step = ns->lane[0];
+            }
+        }
+    } else if (!r->solo && s->lanes > 1 && step_rows(cmd, &draft, &verify)) {
+        gather(s, i, ns, &draft, &verify, m, true);
+    }
     if (ns->n > 1) {
         subternary__step_command__init(&ns->batch);
         ns->batch.kind = SUBTERNARY__STEP_KIND__STEP_BATCH;

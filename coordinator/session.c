@@ -162,16 +162,16 @@ static bool prompt_done(const struct st_session *s)
 }
 
 // Plans the prompt's next step, in slices of at most max_tokens (the
-// target's part of a slice, then the draft's) and steps of a prefill batch;
-// false when the prompt is prefilled.
-static bool plan_prefill(struct st_session *s, uint32_t max_tokens)
+// target's part of a slice, then the draft's) and steps of a prefill batch
+// or of max_rows tokens, the fewer; false when the prompt is prefilled.
+static bool plan_prefill(struct st_session *s, uint32_t max_tokens, uint32_t max_rows)
 {
     if (s->prefilled) return false;
     if (prompt_done(s)) {
         s->prefilled = true;
         return false;
     }
-    uint32_t n = s->n_prompt - 1, batch = s->eng->m_max * 8;
+    uint32_t n = s->n_prompt - 1, batch = max_rows && max_rows < s->eng->m_max * 8 ? max_rows : s->eng->m_max * 8;
     if (s->t == s->pre_to && (!s->gp.speculate || s->dc == s->pre_to))
         s->pre_to = n - s->pre_to > max_tokens ? s->pre_to + max_tokens : n;
     if (s->t < s->pre_to) prefill_cmd(s, ST_MODEL_TARGET, s->t, min_u32(s->pre_to, s->t + batch));
@@ -208,7 +208,7 @@ static int run_planned(struct st_session *s, int32_t *out, uint32_t cap, enum st
 int st_session_prefill(struct st_session *s, struct st_error *e)
 {
     enum st_finish fin;
-    while (plan_prefill(s, UINT32_MAX))
+    while (plan_prefill(s, UINT32_MAX, 0))
         if (run_planned(s, NULL, 0, &fin, e) < 0) return -1;
     return 0;
 }
@@ -313,7 +313,7 @@ static void commit(struct st_session *s, uint32_t model, uint32_t n, struct st_e
 // Decides the next round (speculative or not, K, its random numbers), then
 // plans its steps: the draft's backlog first when it is longer than a
 // forward's rows, then the round.  Returns 0 when the context is full.
-static int plan_round(struct st_session *s, enum st_finish *finish)
+static int plan_round(struct st_session *s, enum st_finish *finish, uint32_t max_rows)
 {
     struct st_engine *eng = s->eng;
     struct st_engine_node *nd = &eng->node[s->node];
@@ -342,9 +342,11 @@ static int plan_round(struct st_session *s, enum st_finish *finish)
         s->catching_up = s->spec && s->t - s->dc + 1 > eng->m_max;
     }
     if (s->catching_up) {
-        prefill_cmd(s, ST_MODEL_DRAFT, s->dc, min_u32(s->t, s->dc + eng->m_max * 8));
+        uint32_t step = max_rows && max_rows < eng->m_max * 8 ? max_rows : eng->m_max * 8;
+        prefill_cmd(s, ST_MODEL_DRAFT, s->dc, min_u32(s->t, s->dc + step));
         return 1;
     }
+    if (s->round_t0 < 0) s->round_t0 = now_s();
     sampling_msg(&s->gp, &s->sm);
     Subternary__StepCommand *cmd = &s->cmd;
     subternary__step_command__init(cmd);
@@ -454,13 +456,14 @@ static int round_done(struct st_session *s, const struct st_step_result *res, in
     return (int)n_out;
 }
 
-int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__StepCommand **cmd,
+int st_session_plan(struct st_session *s, uint32_t max_prefill, uint32_t max_rows, Subternary__StepCommand **cmd,
                     enum st_finish *finish, struct st_error *e)
 {
     *finish = ST_FINISH_NONE;
     *cmd = NULL;
     if (s->pend != PEND_NONE) return st_error_set(e, "session %llu already has a step in flight", (unsigned long long)s->id);
-    if (!plan_prefill(s, max_prefill ? max_prefill : UINT32_MAX) && !plan_round(s, finish)) return 0;
+    if (!plan_prefill(s, max_prefill ? max_prefill : UINT32_MAX, max_rows) && !plan_round(s, finish, max_rows))
+        return 0;
     *cmd = &s->cmd;
     return 1;
 }
@@ -479,6 +482,9 @@ int st_session_step_done(struct st_session *s, const struct st_step_result *res,
 
 void st_session_unplan(struct st_session *s)
 {
+    // A round taken back is timed again from when it is planned next: its
+    // time feeds the node's cost model, which must not count the wait.
+    if (s->pend == PEND_ROUND) s->round_t0 = -1;
     s->pend = PEND_NONE;
 }
 
@@ -487,7 +493,7 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
     *finish = ST_FINISH_NONE;
     if (st_session_prefill(s, e)) return -1;
     for (;;) {
-        if (!plan_round(s, finish)) return 0;
+        if (!plan_round(s, finish, 0)) return 0;
         bool round = s->pend == PEND_ROUND;
         int n = run_planned(s, out, cap, finish, e);
         if (n < 0 || round) return n;

@@ -81,14 +81,16 @@ int st_session_round(struct st_session *s, int32_t *out, uint32_t cap, enum st_f
 
 // The same work one worker-set step at a time, for a scheduler that keeps
 // several nodes' sets busy at once (the server).  st_session_plan returns 1
-// with *cmd the session's next step: a slice of at most max_prefill prompt
-// tokens (0: no limit) while the prompt is not prefilled, the draft's backlog, or a round.
+// with *cmd the session's next step: while the prompt is not prefilled, a
+// slice of at most max_prefill prompt tokens (0: no limit), one model's part
+// of it at a time; then the draft's backlog, or a round.  A prompt or backlog
+// step takes at most max_rows tokens (0: the engine's prefill batch).
 // *cmd and what it points at belong to the session and stay valid until
 // st_session_step_done.  It returns 0 when the session ends without a step
 // (*finish: the context is full), -1 on error.  st_session_step_done applies
 // the step's result: it returns how many tokens a round appended to out (0
 // for other steps) and sets *finish, or -1 on error.
-int st_session_plan(struct st_session *s, uint32_t max_prefill, Subternary__StepCommand **cmd,
+int st_session_plan(struct st_session *s, uint32_t max_prefill, uint32_t max_rows, Subternary__StepCommand **cmd,
                     enum st_finish *finish, struct st_error *e);
 int st_session_step_done(struct st_session *s, const struct st_step_result *res, int32_t *out, uint32_t cap,
                          enum st_finish *finish, struct st_error *e);

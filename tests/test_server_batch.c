@@ -1,10 +1,12 @@
 // Batched steps in a real `subternary serve` process: the rounds of the
 // sessions on one node run as one worker-set step (one forward reads the
-// weights once for all of them).  Batching changes no output: concurrent
-// greedy requests, speculative and target-only mixed in the same steps,
-// equal `subternary generate`'s; seeded sampled requests run together give
-// the ids each gives alone; and steps did carry several sessions (stats),
-// none with --batch 1.
+// weights once for all of them), prompt slices beside them.  Batching
+// changes no output: concurrent greedy requests, speculative and
+// target-only mixed in the same steps, equal `subternary generate`'s; seeded
+// sampled requests run together give the ids each gives alone; a long
+// prompt is prefilled in the steps of a session decoding beside it, which
+// streams all along; steps did carry several sessions (stats), none with
+// --batch 1.
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -148,6 +150,60 @@ static void test_sampled_batched_equals_alone(void **state)
     stop(&s);
 }
 
+// A long prompt arrives while another request decodes: its slices ride in
+// the decoder's steps, so the decoder streams a round per slice (alone, a
+// slice runs whole: 2 steps of 512 tokens), and both outputs are the references.
+#define LONG_PROMPT 700
+static void test_long_prompt_beside_decoding(void **state)
+{
+    (void)state;
+    static char list[LONG_PROMPT * 4 + 1];
+    size_t at = 0;
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < LONG_PROMPT; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%u", i ? "," : "", i ? (unsigned)(3 + x % 500) : 1u);
+    }
+    uint32_t *long_ref;
+    const char *args[] = {"--tokens", list, "-n", "16", "--ignore-eos", "--ids", NULL};
+    int n_long_ref = st_test_reference(args, &long_ref);
+    assert_int_equal(n_long_ref, 16);
+
+    struct st_test_server s = {0};
+    struct st_client *c = start(&s, "4");
+    struct st_client_request q[2];
+    char id[2][16];
+    requests(q, id, 1, "d");
+    q[0].max_tokens = 512;
+    static struct st_test_result r[2];
+    memset(r, 0, sizeof r);
+    const char *ids[2] = {"d0", "long"};
+    assert_int_equal(st_client_submit(c, &q[0]), 0);
+    while (r[0].n < 8) assert_int_equal(st_test_pump_any(c, ids, r, 1, 60000), 1);
+    static uint32_t long_ids[LONG_PROMPT];
+    char *p = list;
+    for (int i = 0; i < LONG_PROMPT; i++, p++) long_ids[i] = (uint32_t)strtoul(p, &p, 10);
+    q[1] = (struct st_client_request){.request_id = "long", .prompt_ids = long_ids, .n_prompt_ids = LONG_PROMPT,
+                                      .max_tokens = 16, .ignore_eos = true};
+    assert_int_equal(st_client_submit(c, &q[1]), 0);
+    int before = r[0].chunks, during = -1;
+    while (!r[0].finished || !r[1].finished) {
+        assert_int_equal(st_test_pump_any(c, ids, r, 2, 60000), 1);
+        if (during < 0 && r[1].chunks) during = r[0].chunks - before;
+    }
+    assert_int_equal(r[0].code, 0);
+    assert_int_equal(r[1].code, 0);
+    assert_int_equal(r[0].n, 512);
+    assert_memory_equal(r[0].ids, ref[0], (size_t)n_ref[0] * sizeof *ref[0]); // the reference's 64 tokens
+    assert_int_equal(r[1].n, 16);
+    assert_memory_equal(r[1].ids, long_ref, 16 * sizeof *long_ref);
+    printf("  the decoder streamed %d chunks while a %d-token prompt was prefilled beside it\n", during, LONG_PROMPT);
+    assert_true(during >= LONG_PROMPT / 64);
+    free(long_ref);
+    st_client_close(&c);
+    stop(&s);
+}
+
 // --batch 1: every step carries one session, and the output is the same.
 static void test_batch_off(void **state)
 {
@@ -189,6 +245,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_batched),
         cmocka_unit_test(test_sampled_batched_equals_alone),
+        cmocka_unit_test(test_long_prompt_beside_decoding),
         cmocka_unit_test(test_batch_off),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

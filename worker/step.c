@@ -62,6 +62,7 @@ struct lane {
     const Subternary__StepCommand *c;
     struct st_sampling s;
     bool drafts;       // ROUND or DRAFT: the draft proposes first
+    bool prefill;      // PREFILL: a slice of a prompt, rows without logits in the first forward of its model
     uint32_t *draft_tokens, *draft_kept, *target_argmax;
     uint64_t *step_ns;
     float *draft_probs, *target_probs;
@@ -77,7 +78,8 @@ static void lane_init(struct st_plan *p, const Subternary__StepCommand *c, uint3
     memset(l, 0, sizeof *l);
     l->c = c;
     sampling_of(c, &l->s);
-    l->drafts = c->kind != SUBTERNARY__STEP_KIND__STEP_VERIFY;
+    l->prefill = c->kind == SUBTERNARY__STEP_KIND__STEP_PREFILL;
+    l->drafts = c->kind == SUBTERNARY__STEP_KIND__STEP_ROUND || c->kind == SUBTERNARY__STEP_KIND__STEP_DRAFT;
     l->draft_tokens = (uint32_t *)((uint8_t *)p->draft_tokens + off);
     l->draft_kept = (uint32_t *)((uint8_t *)p->draft_kept + off);
     l->target_argmax = (uint32_t *)((uint8_t *)p->target_argmax + off);
@@ -105,17 +107,34 @@ static void pick_draft(struct st_plan *p, struct lane *l, uint32_t i, const floa
     *l->draft_kept = stop ? i : i + 1;
 }
 
+// A prompt slice's rows in a forward of its model, without logits (after
+// the segments with logits, so those keep the first logit rows).
+static struct st_fwd_seg prefill_seg(const struct lane *l)
+{
+    const Subternary__StepCommand *c = l->c;
+    return (struct st_fwd_seg){.slot = c->slot, .tokens = c->tokens, .M = (uint32_t)c->n_tokens, .pos0 = c->pos,
+                               .draft_window = c->draft_window};
+}
+
+// Adds the prompt slices of `model` among the lanes to seg[*n].
+static void add_prefills(const struct lane *ln, uint32_t n_lanes, uint32_t model, struct st_fwd_seg *seg, uint32_t *n)
+{
+    for (uint32_t j = 0; j < n_lanes; j++)
+        if (ln[j].prefill && ln[j].c->model == model) seg[(*n)++] = prefill_seg(&ln[j]);
+}
+
 // The drafting lanes' drafts, side by side: each forward takes one row of
-// every lane still drafting (its unseen tokens, the first time); the leader
-// picks each lane's token between forwards and the barrier after it
-// publishes the tokens and how many drafts each lane keeps.
+// every lane still drafting (its unseen tokens, the first time, and the
+// draft's prompt slices beside them); the leader picks each lane's token
+// between forwards and the barrier after it publishes the tokens and how
+// many drafts each lane keeps.
 static int draft_lanes(struct st_plan *p, struct lane *ln, uint32_t n_lanes)
 {
     struct st_fwd_seg seg[ST_SCRATCH_MAX_LANES];
     struct lane *at[ST_SCRATCH_MAX_LANES];
     uint32_t am[ST_SCRATCH_MAX_LANES];
     for (uint32_t i = 0;; i++) {
-        uint32_t n = 0;
+        uint32_t n = 0, n_seg;
         for (uint32_t j = 0; j < n_lanes; j++) {
             struct lane *l = &ln[j];
             if (!l->drafting || i >= l->c->k) continue;
@@ -123,8 +142,11 @@ static int draft_lanes(struct st_plan *p, struct lane *ln, uint32_t n_lanes)
                                          .n_logits = 1, .argmax = &am[n], .draft_window = l->c->draft_window};
             at[n++] = l;
         }
+        n_seg = n;
+        if (i == 0) add_prefills(ln, n_lanes, ST_MODEL_DRAFT, seg, &n_seg);
+        if (!n_seg) return 0;
+        if (st_fwd_batch(p, ST_MODEL_DRAFT, seg, n_seg)) return -1;
         if (!n) return 0;
-        if (st_fwd_batch(p, ST_MODEL_DRAFT, seg, n)) return -1;
         if (p->rank == 0)
             for (uint32_t j = 0; j < n; j++) pick_draft(p, at[j], i, p->logits + (size_t)j * p->sl.n_vocab, am[j]);
         if (st_plan_sync(p)) return -1;
@@ -147,8 +169,11 @@ static int verify_lanes(struct st_plan *p, struct lane *ln, uint32_t n_lanes)
 {
     struct st_fwd_seg seg[ST_SCRATCH_MAX_LANES];
     uint32_t rows[1025], at = 0, V = p->sl.n_vocab;
+    struct lane *of[ST_SCRATCH_MAX_LANES];
     bool probs = false;
+    uint32_t n = 0;
     for (uint32_t j = 0; j < n_lanes; j++) {
+        if (ln[j].prefill) continue;
         const Subternary__StepCommand *c = ln[j].c;
         uint32_t K = ln[j].drafts ? *ln[j].draft_kept : (uint32_t)c->n_tokens;
         const uint32_t *drafts = ln[j].drafts ? ln[j].draft_tokens : c->tokens;
@@ -156,34 +181,46 @@ static int verify_lanes(struct st_plan *p, struct lane *ln, uint32_t n_lanes)
             return st_error_set(&p->err, "verify: k %u > %u, or %u rows over %u", K, p->sl.k_max, at + K + 1,
                                 p->sl.m_max);
         if (check_pos(p, c->slot, ST_MODEL_TARGET, c->verify_pos)) return -1;
-        seg[j] = (struct st_fwd_seg){.slot = c->slot, .tokens = rows + at, .M = K + 1, .pos0 = c->verify_pos,
-                                     .n_logits = K + 1, .argmax = ln[j].target_argmax};
+        of[n] = &ln[j];
+        seg[n++] = (struct st_fwd_seg){.slot = c->slot, .tokens = rows + at, .M = K + 1, .pos0 = c->verify_pos,
+                                       .n_logits = K + 1, .argmax = ln[j].target_argmax};
         rows[at++] = c->verify_token;
         for (uint32_t i = 0; i < K; i++) rows[at++] = drafts[i];
         probs |= c->want_probs;
     }
-    if (st_fwd_batch(p, ST_MODEL_TARGET, seg, n_lanes)) return -1;
+    uint32_t n_seg = n;
+    add_prefills(ln, n_lanes, ST_MODEL_TARGET, seg, &n_seg);
+    if (n_seg && st_fwd_batch(p, ST_MODEL_TARGET, seg, n_seg)) return -1;
     if (!probs) return 0;
     for (uint32_t r = p->rank; r < at; r += p->n_ranks) {
         uint32_t j = 0, first = 0;
         while (r >= first + seg[j].M) first += seg[j++].M;
-        if (ln[j].c->want_probs)
-            st_sample_probs(p->logits + (size_t)r * V, V, &ln[j].s, ln[j].target_probs + (size_t)(r - first) * V);
+        if (of[j]->c->want_probs)
+            st_sample_probs(p->logits + (size_t)r * V, V, &of[j]->s, of[j]->target_probs + (size_t)(r - first) * V);
     }
     return st_plan_sync(p);
 }
 
-// Checks a step's lanes: ROUND or VERIFY each (DRAFT alone), distinct
-// slots, drafts within k_max, positions at the committed lengths.
+// Checks a step's lanes: ROUND, VERIFY or a prompt slice (PREFILL without
+// logits) each, or one DRAFT alone; distinct slots, drafts within k_max,
+// positions at the committed lengths.
 static int check_lanes(struct st_plan *p, struct lane *ln, uint32_t n)
 {
     for (uint32_t j = 0; j < n; j++) {
         const Subternary__StepCommand *c = ln[j].c;
         bool ok = c->kind == SUBTERNARY__STEP_KIND__STEP_ROUND || c->kind == SUBTERNARY__STEP_KIND__STEP_VERIFY ||
+                  (c->kind == SUBTERNARY__STEP_KIND__STEP_PREFILL && !c->want_logits) ||
                   (n == 1 && c->kind == SUBTERNARY__STEP_KIND__STEP_DRAFT);
         if (!ok) return st_error_set(&p->err, "lane %u: step kind %d cannot be batched", j, c->kind);
         for (uint32_t i = 0; i < j; i++)
             if (ln[i].c->slot == c->slot) return st_error_set(&p->err, "lanes %u and %u share slot %u", i, j, c->slot);
+        if (ln[j].prefill) {
+            if (c->model >= p->n_models || c->n_tokens < 1 || c->n_tokens > p->sl.m_max)
+                return st_error_set(&p->err, "lane %u: prompt slice of %zu tokens into model %u", j, c->n_tokens,
+                                    c->model);
+            if (check_pos(p, c->slot, c->model, c->pos)) return -1;
+            continue;
+        }
         if (!ln[j].drafts) continue;
         if (p->n_models < 2) return st_error_set(&p->err, "draft step without a draft model");
         if (c->k < 1 || c->k > p->sl.k_max || c->n_tokens < 1 || c->n_tokens > p->sl.m_max)
