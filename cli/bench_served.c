@@ -1,6 +1,7 @@
 #include "cli/bench_served.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define REQ_TIMEOUT_MS 600000
@@ -94,4 +95,84 @@ double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_com
         st_client_event_clear(&ev);
     }
     return tokens / (st_bench_seconds() - t0);
+}
+
+// The next event of the served requests; -1 (said) on a failure, an error
+// event or a timeout.
+static int next_event(struct st_bench_served *sv, struct st_client_event *ev, const char *who)
+{
+    int rc = st_client_next(sv->c, ev, REQ_TIMEOUT_MS);
+    if (rc <= 0) {
+        fprintf(stderr, "%s: %s\n", who, rc ? st_client_error(sv->c) : "no answer from the server");
+        return -1;
+    }
+    return 0;
+}
+
+int st_bench_served_beside(struct st_bench_served *sv, const char *text, const uint32_t *ids, size_t n_ids,
+                           uint32_t n_prompt, uint32_t n_vocab, uint32_t max_tokens, double *max_gap, double *ttft,
+                           const char *who)
+{
+    char dec[32], lng[32];
+    snprintf(dec, sizeof dec, "d%u", sv->batch_no);
+    snprintf(lng, sizeof lng, "p%u", sv->batch_no++);
+    uint32_t *prompt = malloc(n_prompt * sizeof *prompt);
+    if (!prompt) return -1;
+    uint64_t x = 88172645463325252ull; // deterministic pseudo-random ids
+    for (uint32_t i = 0; i < n_prompt; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        prompt[i] = (uint32_t)(x % n_vocab);
+    }
+    struct st_client_request d = {.request_id = dec, .prompt_text = ids ? NULL : text, .prompt_ids = ids,
+                                  .n_prompt_ids = n_ids, .add_bos = true, .max_tokens = max_tokens, .ignore_eos = true};
+    struct st_client_request l = {.request_id = lng, .prompt_ids = prompt, .n_prompt_ids = n_prompt, .max_tokens = 1,
+                                  .ignore_eos = true};
+    int rc = -1, state = 0; // 0: waiting for the decoder, 1: the prompt runs, 2: its token came
+    bool dec_done = false;
+    double t_sub = 0, last = 0;
+    *max_gap = *ttft = 0;
+    if (st_client_submit(sv->c, &d)) goto fail;
+    while (!dec_done || state < 2) {
+        struct st_client_event ev;
+        if (next_event(sv, &ev, who)) goto out;
+        double now = st_bench_seconds();
+        bool is_dec = !strcmp(ev.request_id, dec);
+        if (ev.type == ST_CLIENT_EV_ERROR && !(is_dec && state == 2)) {
+            fprintf(stderr, "%s: request %s: %s\n", who, ev.request_id, ev.message);
+            st_client_event_clear(&ev);
+            goto out;
+        }
+        if (is_dec && ev.type == ST_CLIENT_EV_CHUNK) {
+            if (state == 0) { // the decoder streams: the prompt arrives
+                if (st_client_submit(sv->c, &l)) goto fail;
+                state = 1;
+                t_sub = last = st_bench_seconds();
+            } else if (state == 1) {
+                if (now - last > *max_gap) *max_gap = now - last;
+                last = now;
+            }
+        }
+        if (is_dec && (ev.type == ST_CLIENT_EV_DONE || ev.type == ST_CLIENT_EV_ERROR)) {
+            dec_done = true;
+            if (state < 2) { // it ended before the prompt was in: the bench cannot say
+                fprintf(stderr, "%s: the decoding request ended before the prompt was prefilled\n", who);
+                st_client_event_clear(&ev);
+                goto out;
+            }
+        }
+        if (!is_dec && ev.type == ST_CLIENT_EV_DONE) {
+            *ttft = now - t_sub;
+            if (now - last > *max_gap) *max_gap = now - last;
+            state = 2;
+            if (!dec_done && st_client_cancel(sv->c, dec)) goto fail;
+        }
+        st_client_event_clear(&ev);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "%s: %s\n", who, st_client_error(sv->c));
+out:
+    free(prompt);
+    return rc;
 }

@@ -39,4 +39,14 @@ void st_bench_served_close(struct st_bench_served *sv);
 double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_common *b, const char *text,
                            const uint32_t *ids, size_t n_ids, uint32_t n, const char *who);
 
+// One request decodes (prompt as st_bench_served_run's); once it streams, a
+// prompt of n_prompt synthetic ids (vocabulary n_vocab) arrives for one
+// token.  *max_gap: the decoder's longest wait between two chunks from that
+// submit until the prompt's token came, *ttft: the prompt's time to its
+// token, seconds.  The decoder is cancelled then.  Returns 0, or -1 (said
+// on stderr, prefixed by `who`).
+int st_bench_served_beside(struct st_bench_served *sv, const char *text, const uint32_t *ids, size_t n_ids,
+                           uint32_t n_prompt, uint32_t n_vocab, uint32_t max_tokens, double *max_gap, double *ttft,
+                           const char *who);
+
 #endif

@@ -65,8 +65,8 @@ static void test_batch(void **state)
     st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
     st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
     const char *args[] = {"bench", "batch", "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
-                          "-n", "24", "--runs", "2", "--sessions", "3", "--workers", "2", "--results",
-                          st_tmp("results"), NULL};
+                          "-n", "24", "--runs", "2", "--sessions", "3", "--workers", "2", "--beside", "300",
+                          "--results", st_tmp("results"), NULL};
     int rc = st_run_cli(out, sizeof out, args);
     if (rc) fail_msg("exit %d:\n%s", rc, out);
     expect("3 requests at once, 1 node of 2 workers, 2 alternating runs");
@@ -74,6 +74,8 @@ static void test_batch(void **state)
     expect(" 3 at once, one session a step:");
     expect(" 3 at once, batched:");
     expect_figures("ratio batched / one a step:", "batch.csv");
+    expect("  run 2, a prompt of 300 beside a decoding request: its longest wait ");
+    expect_figures("longest wait, one a step / batched:", "batch-beside.csv");
 }
 
 static void test_refusals(void **state)
@@ -91,6 +93,9 @@ static void test_refusals(void **state)
     const char *many[] = {"bench", "batch", "--sessions", "9", NULL};
     assert_int_equal(st_run_cli(out, sizeof out, many), 2);
     expect("--sessions");
+    const char *long_prompt[] = {"bench", "batch", "--beside", "4000", "--ctx", "4096", NULL};
+    assert_int_equal(st_run_cli(out, sizeof out, long_prompt), 2);
+    expect("leaves no room to decode beside it");
 }
 
 int main(void)
