@@ -84,11 +84,11 @@ static void print_config(const struct serve_opts *o)
 {
     const struct st_engine_config *ec = &o->ec;
     const struct st_server_config *sc = &o->sc;
-    printf("target = %s\ndraft = %s\nlisten = %s\nslots = %u\nctx = %u\nqueue = %u\nnodes = %u\ncpus = %s\n"
-           "workers = %u\nk-max = %u\nmax-tokens = %u\nprefill-slice = %u\nmax-msg = %u\nmax-prompt-bytes = %u\n"
-           "curve-secret = %s\ncurve-allow = %s\nquiet = %s\n",
+    printf("target = %s\ndraft = %s\nlisten = %s\nslots = %u\nbatch = %u\nctx = %u\nqueue = %u\nnodes = %u\n"
+           "cpus = %s\nworkers = %u\nk-max = %u\nmax-tokens = %u\nprefill-slice = %u\nmax-msg = %u\n"
+           "max-prompt-bytes = %u\ncurve-secret = %s\ncurve-allow = %s\nquiet = %s\n",
            ec->target_path ? ec->target_path : "", ec->draft_path ? ec->draft_path : "", sc->listen, ec->n_slots,
-           ec->n_ctx, sc->queue, ec->n_nodes, ec->cpus ? ec->cpus : "", ec->workers_per_node, ec->k_max,
+           ec->max_batch, ec->n_ctx, sc->queue, ec->n_nodes, ec->cpus ? ec->cpus : "", ec->workers_per_node, ec->k_max,
            sc->max_tokens_default, sc->prefill_slice, sc->max_msg_bytes, sc->max_prompt_bytes,
            o->curve_secret_file ? o->curve_secret_file : "", o->curve_allow_file ? o->curve_allow_file : "",
            sc->quiet ? "true" : "false");
