@@ -2,8 +2,9 @@
 // CURVE with an allow-list checked by a ZAP handler) in front of an engine.
 // One thread runs one event loop: receive and dispatch client messages, admit
 // queued requests into free KV slots, and keep every node's worker set busy
-// with one step (a prefill slice, the draft's backlog, or a speculative
-// round) of the active sessions placed on that node, in round-robin order.
+// with one step of the active sessions placed on that node: the turn's
+// session (round-robin) with its prefill slice, draft backlog or round, and
+// beside it the other sessions' rounds and a slice, batched (max_batch).
 // Sets on different nodes run their steps side by side; the loop waits on
 // the clients and on every set at once, and streams each round's tokens as
 // one TokenChunk.  A worker replacement inside a step still calls back into
