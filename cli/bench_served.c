@@ -59,6 +59,18 @@ void st_bench_served_close(struct st_bench_served *sv)
     st_server_close(&sv->srv);
 }
 
+// The next event of the served requests; -1 (said on stderr) on a failure
+// or a timeout.
+static int next_event(struct st_bench_served *sv, struct st_client_event *ev, const char *who)
+{
+    int rc = st_client_next(sv->c, ev, REQ_TIMEOUT_MS);
+    if (rc <= 0) {
+        fprintf(stderr, "%s: %s\n", who, rc ? st_client_error(sv->c) : "no answer from the server");
+        return -1;
+    }
+    return 0;
+}
+
 double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_common *b, const char *text,
                            const uint32_t *ids, size_t n_ids, uint32_t n, const char *who)
 {
@@ -79,11 +91,7 @@ double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_com
     uint32_t left = n, tokens = 0;
     while (left) {
         struct st_client_event ev;
-        int rc = st_client_next(sv->c, &ev, REQ_TIMEOUT_MS);
-        if (rc <= 0) {
-            fprintf(stderr, "%s: %s\n", who, rc ? st_client_error(sv->c) : "no answer from the server");
-            return -1;
-        }
+        if (next_event(sv, &ev, who)) return -1;
         if (ev.type == ST_CLIENT_EV_DONE) {
             tokens += ev.done.tokens;
             left--;
@@ -97,18 +105,6 @@ double st_bench_served_run(struct st_bench_served *sv, const struct st_bench_com
     return tokens / (st_bench_seconds() - t0);
 }
 
-// The next event of the served requests; -1 (said) on a failure, an error
-// event or a timeout.
-static int next_event(struct st_bench_served *sv, struct st_client_event *ev, const char *who)
-{
-    int rc = st_client_next(sv->c, ev, REQ_TIMEOUT_MS);
-    if (rc <= 0) {
-        fprintf(stderr, "%s: %s\n", who, rc ? st_client_error(sv->c) : "no answer from the server");
-        return -1;
-    }
-    return 0;
-}
-
 int st_bench_served_beside(struct st_bench_served *sv, const char *text, const uint32_t *ids, size_t n_ids,
                            uint32_t n_prompt, uint32_t n_vocab, uint32_t max_tokens, double *max_gap, double *ttft,
                            const char *who)
@@ -118,11 +114,7 @@ int st_bench_served_beside(struct st_bench_served *sv, const char *text, const u
     snprintf(lng, sizeof lng, "p%u", sv->batch_no++);
     uint32_t *prompt = malloc(n_prompt * sizeof *prompt);
     if (!prompt) return -1;
-    uint64_t x = 88172645463325252ull; // deterministic pseudo-random ids
-    for (uint32_t i = 0; i < n_prompt; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        prompt[i] = (uint32_t)(x % n_vocab);
-    }
+    st_bench_synthetic_ids(prompt, n_prompt, n_vocab);
     struct st_client_request d = {.request_id = dec, .prompt_text = ids ? NULL : text, .prompt_ids = ids,
                                   .n_prompt_ids = n_ids, .add_bos = true, .max_tokens = max_tokens, .ignore_eos = true};
     struct st_client_request l = {.request_id = lng, .prompt_ids = prompt, .n_prompt_ids = n_prompt, .max_tokens = 1,

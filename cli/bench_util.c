@@ -57,6 +57,15 @@ double st_bench_std(const struct st_bench_stat *s)
     return s->n > 1 ? sqrt(v / (s->n - 1)) : 0;
 }
 
+void st_bench_synthetic_ids(uint32_t *ids, size_t n, uint32_t n_vocab)
+{
+    uint64_t x = 88172645463325252ull; // xorshift64
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (uint32_t)(x % n_vocab);
+    }
+}
+
 int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, struct st_error *e)
 {
     memset(r, 0, sizeof *r);
@@ -81,12 +90,12 @@ int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o)
     } else if (o->prompt_len) { // deterministic pseudo-random ids
         n = o->prompt_len;
         prompt = malloc(n * sizeof *prompt);
-        uint64_t x = 88172645463325252ull;
-        for (size_t i = 0; i < n; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            prompt[i] = i == 0 && r->eng->tok && st_tok_bos(r->eng->tok) >= 0 ? st_tok_bos(r->eng->tok)
-                                                                               : (int32_t)(x % r->eng->n_vocab);
+        if (!prompt) {
+            st_error_set(&e, "out of memory");
+            goto fail;
         }
+        st_bench_synthetic_ids((uint32_t *)prompt, n, r->eng->n_vocab);
+        if (r->eng->tok && st_tok_bos(r->eng->tok) >= 0) prompt[0] = st_tok_bos(r->eng->tok);
     } else {
         const char *text = o->prompt_text ? o->prompt_text : ST_BENCH_PROMPT;
         if (!r->eng->tok) {

@@ -45,6 +45,9 @@ struct st_bench_opts {
 };
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);
+// n deterministic pseudo-random ids below n_vocab (a synthetic prompt; the
+// same every time).
+void st_bench_synthetic_ids(uint32_t *ids, size_t n, uint32_t n_vocab);
 // The engine alone (r->s stays NULL): for a benchmark that runs its own
 // sessions, e.g. through a server.  st_bench_rig_close closes it.
 int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, struct st_error *e);

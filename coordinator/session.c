@@ -399,7 +399,7 @@ static int round_done(struct st_session *s, const struct st_step_result *res, in
         s->st.op_bytes[j] += res->op_bytes[k];
     }
     const struct st_scratch_layout *sl = &nd->sl;
-    const uint8_t *lane = nd->scratch + st_scratch_lane(sl, 0, res->lane); // this session's outputs
+    const uint8_t *lane = nd->scratch + st_scratch_lane(sl, res->lane); // this session's outputs
     // The workers' own split of the step; the rest of dt (messages,
     // acceptance, commit) is "other".  Clamped: a step that replaced a
     // worker may leave a stale figure.

@@ -15,8 +15,8 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
                     uint32_t k_max, uint32_t n_lanes, uint32_t n_ranks, uint32_t n_ctx, uint64_t act_row_max,
                     struct st_scratch_layout *s, struct st_error *e)
 {
-    if (n_models < 1 || n_models > ST_LAYOUT_MAX_MODELS || n_lanes < 1 || n_lanes > ST_SCRATCH_MAX_LANES || (uint64_t)n_lanes * (k_max + 1) > m_max ||
-        n_ranks < 1 || n_ctx < 1)
+    if (n_models < 1 || n_models > ST_LAYOUT_MAX_MODELS || n_lanes < 1 || n_lanes > ST_SCRATCH_MAX_LANES ||
+        (uint64_t)n_lanes * (k_max + 1) > m_max || n_ranks < 1 || n_ctx < 1)
         return st_error_set(e, "scratch plan: bad limits (models %u, rows %u, k_max %u, lanes %u, ranks %u, ctx %u)",
                             n_models, m_max, k_max, n_lanes, n_ranks, n_ctx);
     *s = (struct st_scratch_layout){.m_max = m_max, .k_max = k_max, .n_lanes = n_lanes,

@@ -111,10 +111,10 @@ int st_scratch_plan(const struct st_llama_hparams *const *hp, uint32_t n_models,
                     uint32_t k_max, uint32_t n_lanes, uint32_t n_ranks, uint32_t n_ctx, uint64_t act_row_max,
                     struct st_scratch_layout *out, struct st_error *e);
 
-// Lane `lane`'s copy of a per-lane output at offset `off` (lane 0's).
-static inline uint64_t st_scratch_lane(const struct st_scratch_layout *sl, uint64_t off, uint32_t lane)
+// How far lane `lane`'s outputs lie past lane 0's (the offsets above).
+static inline uint64_t st_scratch_lane(const struct st_scratch_layout *sl, uint32_t lane)
 {
-    return off + (uint64_t)lane * sl->lane_bytes;
+    return (uint64_t)lane * sl->lane_bytes;
 }
 
 #endif

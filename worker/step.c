@@ -74,7 +74,7 @@ struct lane {
 
 static void lane_init(struct st_plan *p, const Subternary__StepCommand *c, uint32_t i, struct lane *l)
 {
-    uint64_t off = (uint64_t)i * p->sl.lane_bytes;
+    uint64_t off = st_scratch_lane(&p->sl, i);
     memset(l, 0, sizeof *l);
     l->c = c;
     sampling_of(c, &l->s);
