@@ -41,17 +41,26 @@ static void expect_figures(const char *ratio_label, const char *csv_name)
     assert_int_equal(lines, 3);
 }
 
-static void test_two_nodes(void **state)
+// `bench SUITE` on the pico pair, 24 tokens a request, 2 runs, with the
+// suite's own options (NULL-terminated); its output into `out`.
+static void run_bench(const char *suite, const char *const *extra)
 {
-    (void)state;
     char target[4096], draft[4096];
     st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
     st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
-    const char *args[] = {"bench", "nodes", "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
-                          "-n", "24", "--runs", "2", "--nodes", "2", "--workers", "1", "--results", st_tmp("results"),
-                          NULL};
+    const char *args[32] = {"bench", suite, "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
+                            "-n", "24", "--runs", "2", "--results", st_tmp("results")};
+    int n = 14;
+    while (*extra && n < 31) args[n++] = *extra++;
     int rc = st_run_cli(out, sizeof out, args);
     if (rc) fail_msg("exit %d:\n%s", rc, out);
+}
+
+static void test_two_nodes(void **state)
+{
+    (void)state;
+    const char *extra[] = {"--nodes", "2", "--workers", "1", NULL};
+    run_bench("nodes", extra);
     expect("2 nodes of 1 worker, 2 alternating runs");
     expect("  run 2: one request ");
     expect("one request alone:");
@@ -61,14 +70,8 @@ static void test_two_nodes(void **state)
 static void test_batch(void **state)
 {
     (void)state;
-    char target[4096], draft[4096];
-    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
-    st_test_shared("models/pico-draft.q4_0.gguf", draft, sizeof draft);
-    const char *args[] = {"bench", "batch", "-m", target, "-d", draft, "--tokens", "1,300,436,102,468,497",
-                          "-n", "24", "--runs", "2", "--sessions", "3", "--workers", "2", "--beside", "300",
-                          "--results", st_tmp("results"), NULL};
-    int rc = st_run_cli(out, sizeof out, args);
-    if (rc) fail_msg("exit %d:\n%s", rc, out);
+    const char *extra[] = {"--sessions", "3", "--workers", "2", "--beside", "300", NULL};
+    run_bench("batch", extra);
     expect("3 requests at once, 1 node of 2 workers, 2 alternating runs");
     expect("  run 2: one request ");
     expect(" 3 at once, one session a step:");

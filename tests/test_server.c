@@ -37,18 +37,6 @@ static bool agrees(const struct st_test_result *r, int p)
     return !memcmp(r->ids, ref[p], n * sizeof *r->ids);
 }
 
-// The ids of a comma-separated prompt.
-static size_t prompt_ids(const char *s, uint32_t *ids, size_t cap)
-{
-    size_t n = 0;
-    for (const char *p = s; *p && n < cap;) {
-        char *end;
-        ids[n++] = (uint32_t)strtoul(p, &end, 10);
-        p = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
-
 static void test_greedy_matches_generate(void **state)
 {
     (void)state;
@@ -72,7 +60,7 @@ static void test_greedy_matches_generate(void **state)
     struct st_client_request q = {.request_id = "g2", .prompt_ids = ref[1], .n_prompt_ids = 0, .max_tokens = 32,
                                   .no_speculation = true};
     uint32_t ids[16];
-    size_t n = prompt_ids(prompts[1], ids, 16);
+    size_t n = st_test_parse_ids(prompts[1], ids, 16);
     q.prompt_ids = ids;
     q.n_prompt_ids = n;
     assert_int_equal(st_client_submit(c, &q), 0);
@@ -520,7 +508,7 @@ static void test_seed_reported(void **state)
     struct st_client *c = st_test_client(&S, NULL);
     assert_non_null(c);
     uint32_t ids[16];
-    size_t n = prompt_ids(prompts[2], ids, 16);
+    size_t n = st_test_parse_ids(prompts[2], ids, 16);
     static struct st_test_result r[3];
     memset(r, 0, sizeof r);
     struct st_client_request q = {.request_id = "s1", .prompt_ids = ids, .n_prompt_ids = n, .max_tokens = 24,

@@ -30,10 +30,7 @@ static size_t n_prompt_ids[N_PROMPTS];
 
 static void parse_prompts(void)
 {
-    for (int p = 0; p < N_PROMPTS; p++) {
-        n_prompt_ids[p] = 0;
-        for (char *s = prompts[p]; *s; s += *s == ',') prompt_ids[p][n_prompt_ids[p]++] = (uint32_t)strtoul(s, &s, 10);
-    }
+    for (int p = 0; p < N_PROMPTS; p++) n_prompt_ids[p] = st_test_parse_ids(prompts[p], prompt_ids[p], 16);
 }
 
 // Submits the requests q[0..n) on one client at once and collects them all.
@@ -157,12 +154,14 @@ static void test_sampled_batched_equals_alone(void **state)
 static void test_long_prompt_beside_decoding(void **state)
 {
     (void)state;
+    static uint32_t long_ids[LONG_PROMPT];
     static char list[LONG_PROMPT * 4 + 1];
     size_t at = 0;
     uint64_t x = 88172645463325252ull;
     for (int i = 0; i < LONG_PROMPT; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        at += (size_t)snprintf(list + at, sizeof list - at, "%s%u", i ? "," : "", i ? (unsigned)(3 + x % 500) : 1u);
+        long_ids[i] = i ? (uint32_t)(3 + x % 500) : 1u;
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%u", i ? "," : "", long_ids[i]);
     }
     uint32_t *long_ref;
     const char *args[] = {"--tokens", list, "-n", "16", "--ignore-eos", "--ids", NULL};
@@ -180,9 +179,6 @@ static void test_long_prompt_beside_decoding(void **state)
     const char *ids[2] = {"d0", "long"};
     assert_int_equal(st_client_submit(c, &q[0]), 0);
     while (r[0].n < 8) assert_int_equal(st_test_pump_any(c, ids, r, 1, 60000), 1);
-    static uint32_t long_ids[LONG_PROMPT];
-    char *p = list;
-    for (int i = 0; i < LONG_PROMPT; i++, p++) long_ids[i] = (uint32_t)strtoul(p, &p, 10);
     q[1] = (struct st_client_request){.request_id = "long", .prompt_ids = long_ids, .n_prompt_ids = LONG_PROMPT,
                                       .max_tokens = 16, .ignore_eos = true};
     assert_int_equal(st_client_submit(c, &q[1]), 0);

@@ -351,15 +351,21 @@ struct st_client *st_test_client(const struct st_test_server *s, const char *ide
     return c;
 }
 
-int st_test_submit(struct st_client *c, const char *id, const char *prompt, uint32_t max_tokens, bool ignore_eos)
+size_t st_test_parse_ids(const char *s, uint32_t *ids, size_t cap)
 {
-    uint32_t ids[256];
     size_t n = 0;
-    for (const char *p = prompt; *p && n < 256;) {
+    for (const char *p = s; *p && n < cap;) {
         char *end;
         ids[n++] = (uint32_t)strtoul(p, &end, 10);
         p = *end == ',' ? end + 1 : end;
     }
+    return n;
+}
+
+int st_test_submit(struct st_client *c, const char *id, const char *prompt, uint32_t max_tokens, bool ignore_eos)
+{
+    uint32_t ids[256];
+    size_t n = st_test_parse_ids(prompt, ids, 256);
     struct st_client_request r = {.request_id = id, .prompt_ids = ids, .n_prompt_ids = n, .max_tokens = max_tokens,
                                   .seed = 42, .ignore_eos = ignore_eos};
     return st_client_submit(c, &r);

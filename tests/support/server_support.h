@@ -76,6 +76,8 @@ int st_test_wait(struct st_client *c, const char *id, struct st_test_result *r, 
 // Connects a client to the test server (plain, no CURVE) and waits until a
 // health request gets its answer (so the connection is up).
 struct st_client *st_test_client(const struct st_test_server *s, const char *identity);
+// The ids of a comma-separated list, at most cap of them; returns how many.
+size_t st_test_parse_ids(const char *s, uint32_t *ids, size_t cap);
 // Greedy request on token ids (a comma-separated list).
 int st_test_submit(struct st_client *c, const char *id, const char *prompt, uint32_t max_tokens, bool ignore_eos);
 // Whether r's ids are the first min(max_tokens, n_ref) of ref.
