@@ -142,6 +142,7 @@ static int recv_event(struct st_client *c, struct st_client_event *ev, int timeo
 int st_client_next(struct st_client *c, struct st_client_event *ev, int timeout_ms)
 {
     int64_t deadline = timeout_ms < 0 ? -1 : st_client_now_ms() + timeout_ms;
+    memset(ev, 0, sizeof *ev); // empty unless filled: clearing it is always safe
     for (;;) {
         if (pop(c, ev)) return 1;
         int64_t left = deadline < 0 ? -1 : deadline - st_client_now_ms();

@@ -178,7 +178,8 @@ int st_client_request_health(struct st_client *c);
 
 // Waits up to timeout_ms (-1: forever) for the next event.  Returns 1 with
 // *ev filled (release it with st_client_event_clear), 0 on timeout, -1 on
-// failure.  Messages that are not valid server messages are skipped.
+// failure (*ev then empty: clearing it does nothing).  Messages that are not
+// valid server messages are skipped.
 int st_client_next(struct st_client *c, struct st_client_event *ev, int timeout_ms);
 void st_client_event_clear(struct st_client_event *ev);
 
