@@ -10,6 +10,8 @@
 // alone), contiguous; a finish at the context limit stops exactly there.
 // Afterwards the server runs, no worker was restarted, no request failed,
 // every slot is free again, and a last batch still equals the references.
+// Once more with workers SIGKILLed all along: the same holds, but for the
+// restarts.
 //
 // ST_SOAK_SEED and ST_SOAK_REQUESTS replay a plan or make it longer.
 #include <setjmp.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -239,8 +242,25 @@ static void drained(struct st_client *c, struct st_client_stats *st)
     fail_msg("sessions %u, queued %u left after the soak", st->sessions, st->queued);
 }
 
-// The soak on a server started with `args` (after --ctx CTX --quiet).
-static void soak(const char *const *args)
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// SIGKILLs one of the server's worker processes (a spare too); says whether
+// one was killed.
+static bool kill_worker(const struct st_test_server *s)
+{
+    pid_t w[64];
+    int n = st_test_children(s->pid, "worker", w, 64);
+    return n > 0 && kill(w[draw((uint32_t)n)], SIGKILL) == 0;
+}
+
+// The soak on a server started with `args` (after --ctx CTX --quiet); with
+// kill_ms, a worker is SIGKILLed about that often.
+static void soak(const char *const *args, int kill_ms)
 {
     unsigned seed = env_u("ST_SOAK_SEED", 20261207), total = env_u("ST_SOAK_REQUESTS", DEFAULT_REQUESTS);
     if (total > MAX_REQUESTS) total = MAX_REQUESTS;
@@ -263,6 +283,8 @@ static void soak(const char *const *args)
     uint32_t landed[3] = {0}; // cancels, deadlines, Done events
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    int kills = 0;
+    int64_t next_kill = kill_ms ? now_ms() + kill_ms : INT64_MAX;
     while (done < total) {
         while (submitted < total && in_flight < IN_FLIGHT) {
             struct req *r = &reqs[submitted];
@@ -284,6 +306,10 @@ static void soak(const char *const *args)
         }
         if (!in_flight) continue;
         assert_int_equal(st_test_pump_any(c, ids, res, (int)submitted, 60000), 1);
+        if (now_ms() >= next_kill) {
+            kills += kill_worker(&s);
+            next_kill = now_ms() + kill_ms / 2 + draw((uint32_t)kill_ms);
+        }
         for (uint32_t i = 0; i < submitted; i++) {
             struct req *r = &reqs[i];
             if (r->kind == CANCEL && !r->cancelled && !res[i].finished && res[i].chunks >= r->cancel_after) {
@@ -313,7 +339,7 @@ static void soak(const char *const *args)
 
     struct st_client_stats st;
     drained(c, &st);
-    printf("  %u requests (seed %u) in %.1f s:", total, seed,
+    printf("  %u requests (seed %u, %d workers killed) in %.1f s:", total, seed, kills,
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     for (int k = 0; k < N_KINDS; k++) printf(" %s %u", kind_name[k], counts[k]);
     printf("\n  %u done, %u cancelled, %u past their deadline; server: done %llu, cancelled %llu, "
@@ -327,7 +353,10 @@ static void soak(const char *const *args)
     assert_int_equal(st.requests_cancelled, landed[0]);
     uint64_t done_here = landed[2] + N_SAMPLED * N_PROMPTS; // and the sampled references
     assert_true(st.requests_done >= done_here && st.requests_done <= done_here + counts[DISCONNECT]);
-    assert_int_equal(st.worker_restarts, 0);
+    if (kill_ms)
+        assert_true(kills > 0 && st.worker_restarts > 0);
+    else
+        assert_int_equal(st.worker_restarts, 0);
     assert_true(st.step_sessions > st.steps);
 
     // Still whole: four greedy requests at once equal the references.
@@ -360,7 +389,7 @@ static void test_soak_one_node(void **state)
 {
     (void)state;
     const char *args[] = {"--slots", "4", "--prefill-slice", "64", NULL};
-    soak(args);
+    soak(args, 0);
 }
 
 // Two nodes of one worker, 3 slots each batched by 2, slices of 32: more
@@ -370,7 +399,16 @@ static void test_soak_two_nodes(void **state)
     (void)state;
     const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "3", "--batch", "2", "--prefill-slice", "32",
                           NULL};
-    soak(args);
+    soak(args, 0);
+}
+
+// One node as above, a worker SIGKILLed every 100-300 ms: batched steps
+// replay on the replacements and no request notices, but for time.
+static void test_soak_worker_kills(void **state)
+{
+    (void)state;
+    const char *args[] = {"--slots", "4", "--prefill-slice", "64", NULL};
+    soak(args, 200);
 }
 
 // The prompts (the server tests' four, and two long synthetic ones) and
@@ -424,6 +462,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_soak_one_node),
         cmocka_unit_test(test_soak_two_nodes),
+        cmocka_unit_test(test_soak_worker_kills),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
