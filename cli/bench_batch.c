@@ -92,7 +92,7 @@ int st_bench_batch(int argc, char **argv)
             continue;
         }
         fprintf(stderr, "usage: subternary bench batch [-m TARGET] [-d DRAFT | --no-draft] [-p TEXT | --tokens IDS] "
-                        "[--sessions N] [--beside P] [-n N] [--runs R] [--workers W] [--cpus LIST] [--ctx N] "
+                        "[--sessions N] [--beside P] [-n N] [--runs R] [--workers W] [--cpus LIST] [--ctx N] [--prefill-chunk N] "
                         "[--quick]\n");
         return 2;
     }
@@ -114,8 +114,8 @@ int st_bench_batch(int argc, char **argv)
     int rc = 1;
     if (st_bench_rig_engine(&rig, &b.o, &e)) goto out;
     if (rig.eng->n_lanes < n) {
-        st_error_set(&e, "%u sessions do not fit one step (%u lanes: prefill chunk %u / (k-max %u + 1))", n,
-                     rig.eng->n_lanes, rig.eng->m_max, rig.eng->k_max);
+        st_error_set(&e, "%u sessions do not fit one step (%u lane%s: prefill chunk %u / (k-max %u + 1))", n,
+                     rig.eng->n_lanes, rig.eng->n_lanes == 1 ? "" : "s", rig.eng->m_max, rig.eng->k_max);
         goto out;
     }
     if (b.o.prompt_ids) {

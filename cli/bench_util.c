@@ -73,7 +73,7 @@ int st_bench_rig_engine(struct st_bench_rig *r, const struct st_bench_opts *o, s
     if (st_self_exe(r->exe, sizeof r->exe, e) || st_rundir_new(r->dir, sizeof r->dir, e)) return -1;
     struct st_engine_config ec = {.target_path = o->target, .draft_path = o->draft, .n_slots = o->n_slots, .n_ctx = o->n_ctx,
                                   .k_max = o->k_max > ST_ENGINE_K_DEFAULT ? o->k_max : ST_ENGINE_K_DEFAULT, .exe = r->exe, .run_dir = r->dir, .progress = true, .cpus = o->cpus,
-                                  .n_nodes = o->n_nodes, .workers_per_node = o->workers, .quiet = false};
+                                  .n_nodes = o->n_nodes, .workers_per_node = o->workers, .prefill_chunk = o->prefill_chunk, .quiet = false};
     r->zctx = zmq_ctx_new();
     if (!r->zctx) return st_error_set(e, "zmq_ctx_new failed");
     return st_engine_open(&ec, r->zctx, &r->eng, e);
@@ -210,7 +210,7 @@ int st_bench_common_opt(int argc, char **argv, int *i, struct st_bench_common *c
         return 1;
     }
     const char *keys[] = {"-m", "-d", "-p", "--tokens", "--prompt-len", "-n", "--runs", "--results", "--cpus",
-                          "--nodes", "--workers", "--ctx", NULL};
+                          "--nodes", "--workers", "--ctx", "--prefill-chunk", NULL};
     int k = 0;
     while (keys[k] && strcmp(o, keys[k])) k++;
     if (!keys[k]) return 0;
@@ -234,6 +234,7 @@ int st_bench_common_opt(int argc, char **argv, int *i, struct st_bench_common *c
     case 9: bad = st_args_u32("bench", o, v, 1, ST_ENGINE_MAX_NODES, &c->o.n_nodes); break;
     case 10: bad = st_args_u32("bench", o, v, 1, 128, &c->o.workers); break;
     case 11: bad = st_args_u32("bench", o, v, 16, 1 << 20, &c->o.n_ctx); break;
+    case 12: bad = st_args_u32("bench", o, v, 1, 1024, &c->o.prefill_chunk); break;
     }
     if (bad) return -1;
     c->runs = (int)runs;

@@ -42,6 +42,7 @@ struct st_bench_opts {
     uint32_t n_nodes, workers;
     uint32_t n_slots;          // KV slots per node (0: 1)
     uint32_t k_max;            // the engine's longest draft: at least this, and ST_ENGINE_K_DEFAULT
+    uint32_t prefill_chunk;    // rows per forward (0: the engine's 64)
 };
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);
@@ -79,7 +80,7 @@ void *st_bench_huge_alloc(size_t n);
 int st_bench_parse_list(const char *s, uint32_t *v, int cap);
 
 // Common options: -m -d -p --tokens --prompt-len -n --runs --results --quick
-// --cpus --nodes --workers --ctx.  Returns 1 if argv[*i] was one, 0 if not, -1 on error.
+// --cpus --nodes --workers --ctx --prefill-chunk.  Returns 1 if argv[*i] was one, 0 if not, -1 on error.
 struct st_bench_common {
     struct st_bench_opts o;
     uint32_t n_tokens;

@@ -70,7 +70,8 @@ static void test_two_nodes(void **state)
 static void test_batch(void **state)
 {
     (void)state;
-    const char *extra[] = {"--sessions", "3", "--workers", "2", "--beside", "300", NULL};
+    // 32 rows a forward: 3 lanes of K 8, and the prompt's slices beside the decoder are smaller.
+    const char *extra[] = {"--sessions", "3", "--workers", "2", "--beside", "300", "--prefill-chunk", "32", NULL};
     run_bench("batch", extra);
     expect("3 requests at once, 1 node of 2 workers, 2 alternating runs");
     expect("  run 2: one request ");
@@ -99,6 +100,12 @@ static void test_refusals(void **state)
     const char *long_prompt[] = {"bench", "batch", "--beside", "4000", "--ctx", "4096", NULL};
     assert_int_equal(st_run_cli(out, sizeof out, long_prompt), 2);
     expect("leaves no room to decode beside it");
+    char target[4096];
+    st_test_shared("models/pico-target.q8_0.gguf", target, sizeof target);
+    const char *narrow[] = {"bench", "batch", "-m", target, "--no-draft", "--sessions", "4", "--prefill-chunk", "16",
+                            NULL};
+    assert_int_not_equal(st_run_cli(out, sizeof out, narrow), 0);
+    expect("4 sessions do not fit one step (1 lane: prefill chunk 16 / (k-max 8 + 1))");
 }
 
 int main(void)
