@@ -24,7 +24,7 @@ static double served_run(struct st_bench_rig *rig, uint32_t max_batch, const str
     struct st_bench_served sv;
     struct st_error e = {{0}};
     double tps = -1;
-    if (st_bench_served_open(&sv, rig->eng, rig->zctx, max_batch, &e))
+    if (st_bench_served_open(&sv, rig->eng, rig->zctx, max_batch, b->o.step_rows, &e))
         fprintf(stderr, "bench batch: %s\n", e.msg);
     else
         tps = st_bench_served_run(&sv, b, text, ids, n_ids, n, "bench batch");
@@ -49,7 +49,7 @@ static int beside_runs(struct st_bench_rig *rig, const struct st_bench_common *b
         for (int k = 0; k < 2 && !rc; k++) {
             struct st_bench_served sv;
             struct st_error e = {{0}};
-            rc = st_bench_served_open(&sv, rig->eng, rig->zctx, k ? 1 : 0, &e);
+            rc = st_bench_served_open(&sv, rig->eng, rig->zctx, k ? 1 : 0, b->o.step_rows, &e);
             if (rc) fprintf(stderr, "bench batch: %s\n", e.msg);
             else rc = st_bench_served_beside(&sv, text, ids, n_ids, n_prompt, rig->eng->n_vocab, dec_tokens, &g[k],
                                              &t[k], "bench batch");
@@ -93,6 +93,7 @@ int st_bench_batch(int argc, char **argv)
         }
         fprintf(stderr, "usage: subternary bench batch [-m TARGET] [-d DRAFT | --no-draft] [-p TEXT | --tokens IDS] "
                         "[--sessions N] [--beside P] [-n N] [--runs R] [--workers W] [--cpus LIST] [--ctx N] [--prefill-chunk N] "
+                        "[--step-rows N] "
                         "[--quick]\n");
         return 2;
     }

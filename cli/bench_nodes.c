@@ -38,7 +38,7 @@ int st_bench_nodes(int argc, char **argv)
     uint32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = 1;
-    if (st_bench_rig_engine(&rig, &b.o, &e) || st_bench_served_open(&sv, rig.eng, rig.zctx, 0, &e)) goto out;
+    if (st_bench_rig_engine(&rig, &b.o, &e) || st_bench_served_open(&sv, rig.eng, rig.zctx, 0, b.o.step_rows, &e)) goto out;
     if (b.o.prompt_ids) {
         int32_t *p;
         if (st_args_parse_ids(b.o.prompt_ids, &p, &n_ids, &e)) goto out;

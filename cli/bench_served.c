@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
+
 #define REQ_TIMEOUT_MS 600000
 #define MAX_AT_ONCE 64
 
@@ -11,6 +13,8 @@ int st_bench_served_opt(int argc, char **argv, int *i, struct st_bench_common *b
 {
     int r = st_bench_common_opt(argc, argv, i, b);
     if (r) return r;
+    if (!strcmp(argv[*i], "--step-rows") && *i + 1 < argc)
+        return st_args_u32("bench", "--step-rows", argv[++*i], 1, 1024, &b->o.step_rows) ? -1 : 1;
     if (strcmp(argv[*i], "--no-draft")) return 0;
     b->o.draft = NULL;
     return 1;
@@ -34,11 +38,11 @@ static void *serve_main(void *arg)
 }
 
 int st_bench_served_open(struct st_bench_served *sv, struct st_engine *eng, void *zctx, uint32_t max_batch,
-                         struct st_error *e)
+                         uint32_t step_rows, struct st_error *e)
 {
     memset(sv, 0, sizeof *sv);
     struct st_server_config cfg = {.listen = "tcp://127.0.0.1:*", .queue = MAX_AT_ONCE, .quiet = true,
-                                   .max_batch = max_batch};
+                                   .max_batch = max_batch, .step_rows = step_rows};
     if (st_server_open(&cfg, eng, zctx, &sv->srv, e)) return -1;
     if (pthread_create(&sv->thread, NULL, serve_main, sv)) return st_error_set(e, "pthread_create failed");
     sv->running = true;

@@ -21,15 +21,16 @@ struct st_bench_served {
     uint32_t batch_no;         // names the requests of each st_bench_served_run
 };
 
-// The served benches' options: the common ones and --no-draft (target
-// alone); returns as st_bench_common_opt.
+// The served benches' options: the common ones, --no-draft (target alone)
+// and --step-rows; returns as st_bench_common_opt.
 int st_bench_served_opt(int argc, char **argv, int *i, struct st_bench_common *b);
 // After parsing: --quick's shorter runs, and a context of 2048 by default.
 void st_bench_served_defaults(struct st_bench_common *b);
 
-// Serves eng with at most max_batch sessions a step (0: the engine's).
+// Serves eng with at most max_batch sessions a step (0: the engine's) and
+// step_rows rows a batched forward (0: the server's).
 int st_bench_served_open(struct st_bench_served *sv, struct st_engine *eng, void *zctx, uint32_t max_batch,
-                         struct st_error *e);
+                         uint32_t step_rows, struct st_error *e);
 void st_bench_served_close(struct st_bench_served *sv);
 
 // Runs n identical greedy requests at once (b's tokens, target alone when b

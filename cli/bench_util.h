@@ -42,7 +42,8 @@ struct st_bench_opts {
     uint32_t n_nodes, workers;
     uint32_t n_slots;          // KV slots per node (0: 1)
     uint32_t k_max;            // the engine's longest draft: at least this, and ST_ENGINE_K_DEFAULT
-    uint32_t prefill_chunk;    // rows per forward (0: the engine's 64)
+    uint32_t prefill_chunk;    // rows of a prefill forward (0: the engine's)
+    uint32_t step_rows;        // served benches: rows of a batched step's forward (0: the server's)
 };
 
 int st_bench_rig_open(struct st_bench_rig *r, const struct st_bench_opts *o);

@@ -32,7 +32,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: subternary serve --target T.gguf [--draft D.gguf] [--listen ENDPOINT] [--config FILE]\n"
             "         [--slots N] [--batch N] [--ctx N] [--queue N] [--nodes N] [--cpus LIST] [--workers N] [--k-max N]\n"
-            "         [--max-tokens N] [--prefill-chunk N] [--prefill-slice N] [--max-msg BYTES] [--max-prompt-bytes N]\n"
+            "         [--max-tokens N] [--prefill-chunk N] [--step-rows N] [--prefill-slice N] [--max-msg BYTES]\n"
+            "         [--max-prompt-bytes N]\n"
             "         [--curve-secret SERVER.key --curve-allow FILE] [--quiet] [--check-config]\n"
             "  --listen     tcp://HOST:PORT (PORT * picks a free one) or ipc://PATH (its directory must be 0700);\n"
             "               default tcp://127.0.0.1:5555.  Prints \"listening on ENDPOINT\" when ready.\n"
@@ -40,9 +41,10 @@ static void usage(void)
             "  --batch      sessions of a node whose rounds run as one step, reading the weights once (1-8;\n"
             "               default: the slots, at most 8 and prefill-chunk / (k-max + 1)); 1: one at a time\n"
             "  --max-tokens default for requests that give none (256)\n"
-            "  --prefill-chunk rows per forward (default 64): a prompt prefilled beside decoding sessions takes\n"
-            "               the rows their rounds leave in each step, so more rows give its first token sooner\n"
-            "               and the others longer waits between their tokens\n"
+            "  --prefill-chunk rows of a prefill forward (default 256)\n"
+            "  --step-rows  rows of a batched step's forward (default 64, at most the prefill chunk): a prompt\n"
+            "               prefilled beside decoding sessions takes the rows their rounds leave, so more rows\n"
+            "               give its first token sooner and the others longer waits between their tokens\n"
             "  --config     'key = value' lines, keys as the long options; the command line overrides them\n"
             "  -m/-d are short for --target/--draft.\n"
             "Exit codes: 0 stopped by SIGINT/SIGTERM, 1 failure, 2 bad configuration.\n");
@@ -69,6 +71,8 @@ static int parse(int argc, char **argv, struct serve_opts *o, const char **confi
             if (st_args_u32("serve", a, argv[++i], 0, 1 << 20, &o->sc.queue)) return 2;
         } else if (!strcmp(a, "--max-tokens") && has) {
             if (st_args_u32("serve", a, argv[++i], 1, 1 << 20, &o->sc.max_tokens_default)) return 2;
+        } else if (!strcmp(a, "--step-rows") && has) {
+            if (st_args_u32("serve", a, argv[++i], 1, 1024, &o->sc.step_rows)) return 2;
         } else if (!strcmp(a, "--prefill-slice") && has) {
             if (st_args_u32("serve", a, argv[++i], 1, 1 << 20, &o->sc.prefill_slice)) return 2;
         } else if (!strcmp(a, "--max-msg") && has) {
@@ -87,13 +91,16 @@ static void print_config(const struct serve_opts *o)
 {
     const struct st_engine_config *ec = &o->ec;
     const struct st_server_config *sc = &o->sc;
-    uint32_t chunk = ec->prefill_chunk ? ec->prefill_chunk : 64; // the defaults of engine.c and server.c
+    // The defaults of engine.c and server.c.
+    uint32_t chunk = ec->prefill_chunk ? ec->prefill_chunk : ST_ENGINE_PREFILL_CHUNK;
+    uint32_t rows = sc->step_rows ? sc->step_rows : ST_SERVER_STEP_ROWS;
     printf("target = %s\ndraft = %s\nlisten = %s\nslots = %u\nbatch = %u\nctx = %u\nqueue = %u\nnodes = %u\n"
-           "cpus = %s\nworkers = %u\nk-max = %u\nmax-tokens = %u\nprefill-chunk = %u\nprefill-slice = %u\nmax-msg = %u\n"
-           "max-prompt-bytes = %u\ncurve-secret = %s\ncurve-allow = %s\nquiet = %s\n",
+           "cpus = %s\nworkers = %u\nk-max = %u\nmax-tokens = %u\nprefill-chunk = %u\nstep-rows = %u\n"
+           "prefill-slice = %u\nmax-msg = %u\nmax-prompt-bytes = %u\ncurve-secret = %s\ncurve-allow = %s\nquiet = %s\n",
            ec->target_path ? ec->target_path : "", ec->draft_path ? ec->draft_path : "", sc->listen, ec->n_slots,
            ec->max_batch, ec->n_ctx, sc->queue, ec->n_nodes, ec->cpus ? ec->cpus : "", ec->workers_per_node, ec->k_max,
-           sc->max_tokens_default, chunk, sc->prefill_slice ? sc->prefill_slice : 8 * chunk, sc->max_msg_bytes, sc->max_prompt_bytes,
+           sc->max_tokens_default, chunk, rows < chunk ? rows : chunk,
+           sc->prefill_slice ? sc->prefill_slice : chunk > 512 ? chunk : 512, sc->max_msg_bytes, sc->max_prompt_bytes,
            o->curve_secret_file ? o->curve_secret_file : "", o->curve_allow_file ? o->curve_allow_file : "",
            sc->quiet ? "true" : "false");
 }

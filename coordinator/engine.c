@@ -125,7 +125,7 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
     eng->zctx = zctx;
     if (!eng->cfg.n_slots) eng->cfg.n_slots = 1;
     eng->k_max = cfg->k_max ? cfg->k_max : ST_ENGINE_K_DEFAULT;
-    eng->m_max = cfg->prefill_chunk ? cfg->prefill_chunk : 64;
+    eng->m_max = cfg->prefill_chunk ? cfg->prefill_chunk : ST_ENGINE_PREFILL_CHUNK;
     if (eng->m_max < eng->k_max + 1) eng->m_max = eng->k_max + 1;
     eng->n_lanes = eng->m_max / (eng->k_max + 1);
     if (eng->n_lanes > ST_ENGINE_MAX_LANES) eng->n_lanes = ST_ENGINE_MAX_LANES;

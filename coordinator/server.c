@@ -51,6 +51,7 @@ struct st_server {
     char *text;                 // [text_cap] their pieces
     size_t text_cap;
     uint32_t prefill_slice;
+    uint32_t step_rows;         // rows a forward of a batched step takes at most
     uint32_t lanes;             // sessions a step carries at most
     uint64_t next_service_ns;
     struct node_step step[ST_ENGINE_MAX_NODES];
@@ -300,10 +301,11 @@ static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 static void gather(struct st_server *s, uint32_t node, struct node_step *ns, uint32_t *draft, uint32_t *verify,
                    uint32_t limit, bool take_prefill)
 {
-    uint32_t min_slice = s->eng->m_max / 4 ? s->eng->m_max / 4 : 1;
+    uint32_t min_slice = s->step_rows / 4 ? s->step_rows / 4 : 1;
     for (struct st_srv_req *q = s->core.active.head, *nx; q && ns->n < s->lanes; q = nx) {
         nx = q->next;
         if (q->stepping || q->solo || !on_node(&node, q)) continue;
+        if (max_u32(*draft, *verify) >= limit) return; // e.g. a round whose draft catches up on many tokens
         uint32_t room = limit - max_u32(*draft, *verify);
         bool slice_fits = take_prefill && room >= min_slice;
         Subternary__StepCommand *c = plan_step(s, ns, ns->n, q, slice_fits ? room : 0);
@@ -337,7 +339,7 @@ static void start_step(struct st_server *s, uint32_t i, struct st_srv_req *r)
     ns->r[0] = r;
     ns->lane[0] = cmd;
     ns->n = 1;
-    uint32_t draft = 0, verify = 0, m = s->eng->m_max;
+    uint32_t draft = 0, verify = 0, m = s->step_rows;
     if (!r->solo && s->lanes > 1 && cmd->kind == SUBTERNARY__STEP_KIND__STEP_PREFILL && !cmd->want_logits) {
         gather(s, i, ns, &draft, &verify, m / 2, false);
         if (ns->n > 1) { // the slice again, in the rows the rounds left
@@ -512,7 +514,9 @@ int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, vo
     if (!s->cfg.max_tokens_default) s->cfg.max_tokens_default = 256;
     if (!s->cfg.finished_cache) s->cfg.finished_cache = 1024;
     if (!s->cfg.max_deadline_ms) s->cfg.max_deadline_ms = 86400000u;
-    s->prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : eng->m_max * 8;
+    s->prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : eng->m_max > 512 ? eng->m_max : 512;
+    s->step_rows = cfg->step_rows ? cfg->step_rows : ST_SERVER_STEP_ROWS;
+    if (s->step_rows > eng->m_max) s->step_rows = eng->m_max;
     s->lanes = cfg->max_batch && cfg->max_batch < eng->n_lanes ? cfg->max_batch : eng->n_lanes;
     s->ids_cap = eng->k_max + 2;
     s->text_cap = (size_t)s->ids_cap * 256;

@@ -20,12 +20,17 @@
 #include "coordinator/engine.h"
 
 #define ST_SERVER_KEY_BYTES 32
+#define ST_SERVER_STEP_ROWS 64
 
 struct st_server_config {
     const char *listen;            // tcp://HOST:PORT (PORT "*": any free port) or ipc://PATH
     uint32_t queue;                // requests waiting beyond the slots (0: none may wait)
     uint32_t max_tokens_default;   // for requests with max_tokens 0 (0: 256)
-    uint32_t prefill_slice;        // prompt tokens per scheduling turn (0: the engine's prefill batch x 8)
+    uint32_t prefill_slice;        // prompt tokens per scheduling turn (0: 512, or the prefill chunk if more)
+    uint32_t step_rows;            // rows a forward of a batched step takes: rounds, and a prompt
+                                   // slice in what they leave (0: ST_SERVER_STEP_ROWS; at most the
+                                   // prefill chunk).  More: a prompt beside decoding sessions gets
+                                   // its first token sooner, they wait longer between tokens
     uint32_t max_batch;            // sessions' rounds one step carries at most (0: the engine's n_lanes)
     uint32_t max_msg_bytes;        // ZMQ_MAXMSGSIZE: larger messages are dropped (0: 1 MiB)
     uint32_t max_prompt_bytes;     // longest prompt_text (0: 256 KiB)

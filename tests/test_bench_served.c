@@ -70,8 +70,8 @@ static void test_two_nodes(void **state)
 static void test_batch(void **state)
 {
     (void)state;
-    // 32 rows a forward: 3 lanes of K 8, and the prompt's slices beside the decoder are smaller.
-    const char *extra[] = {"--sessions", "3", "--workers", "2", "--beside", "300", "--prefill-chunk", "32", NULL};
+    // Batched forwards of 32 rows: the prompt's slices beside the decoder are smaller.
+    const char *extra[] = {"--sessions", "3", "--workers", "2", "--beside", "300", "--step-rows", "32", NULL};
     run_bench("batch", extra);
     expect("3 requests at once, 1 node of 2 workers, 2 alternating runs");
     expect("  run 2: one request ");
