@@ -342,7 +342,7 @@ static void test_config_file(void **state)
     snprintf(path, sizeof path, "%s/test.conf", dir);
     FILE *f = fopen(path, "w");
     fprintf(f, "# a comment\ntarget = a.gguf\n  slots = 3   # trailing comment\nqueue=5\nlisten = ipc:///x/y\n"
-               "quiet = true\nbatch = 2\nprefill-chunk = 128\n");
+               "quiet = true\nbatch = 2\nprefill-chunk = 128\nstep-rows = 32\n");
     fclose(f);
     const char *check[] = {"serve", "--config", path, "--queue", "7", "--check-config", NULL};
     assert_int_equal(st_test_run(check, out, sizeof out), 0);
@@ -350,6 +350,8 @@ static void test_config_file(void **state)
     assert_non_null(strstr(out, "slots = 3\n"));
     assert_non_null(strstr(out, "batch = 2\n"));
     assert_non_null(strstr(out, "prefill-chunk = 128\n"));
+    assert_non_null(strstr(out, "step-rows = 32\n"));
+    assert_non_null(strstr(out, "prefill-slice = 512\n")); // the default
     assert_non_null(strstr(out, "queue = 7\n")); // the command line wins
     assert_non_null(strstr(out, "listen = ipc:///x/y\n"));
     assert_non_null(strstr(out, "quiet = true\n"));
@@ -359,6 +361,10 @@ static void test_config_file(void **state)
     assert_int_equal(st_test_run(check, out, sizeof out), 2);
     f = fopen(path, "w");
     fprintf(f, "batch = 9\n"); // more than a step carries
+    fclose(f);
+    assert_int_equal(st_test_run(check, out, sizeof out), 2);
+    f = fopen(path, "w");
+    fprintf(f, "step-rows = 0\n");
     fclose(f);
     assert_int_equal(st_test_run(check, out, sizeof out), 2);
     f = fopen(path, "w");
