@@ -54,6 +54,12 @@ struct st_pool {
     uint32_t attempt;
     bool any_dead;
     char err[512];
+    // Replacements starting under the step in flight (the loop goes on meanwhile).
+    bool starting;
+    uint64_t died_ns;            // the first death that needed them (UINT64_MAX: none known)
+    // The start of a set: its deadline, and workers that died while starting.
+    uint64_t start_deadline_ns;
+    uint32_t start_retries;
     // Liveness watch of the step in flight.
     uint64_t watch_ns;
     uint64_t watch_sum;
@@ -264,17 +270,24 @@ static int replace(struct st_pool *p, uint32_t i, struct st_error *e)
     return spawn(p, i, e);
 }
 
-// Starts every rank that is down and waits until the whole set said hello;
-// then starts a new spare if the set has none (not waited for).
-static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
+// Starts every rank that is down (the ready spare takes the first place).
+static int start_down(struct st_pool *p, struct st_error *e)
 {
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
         if (p->r[i].status == RANK_DOWN && replace(p, i, e)) return -1;
-    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
-    char err[512] = "";
-    uint32_t retries = 0;
-    while (!all_ready(p)) {
-        poll_once(p, 20, 0, NULL, err, sizeof err);
+    p->start_deadline_ns = now_ns() + (uint64_t)p->cfg.start_timeout_ms * 1000000u;
+    p->start_retries = 0;
+    return 0;
+}
+
+// One poll round of a starting set: 1 once the whole set said hello (then a
+// new spare starts if the set has none, not waited for), 0 while not yet,
+// -1 on failure.
+static int poll_start(struct st_pool *p, int timeout_ms, struct st_error *e)
+{
+    if (!all_ready(p)) {
+        char err[512] = "";
+        poll_once(p, timeout_ms, 0, NULL, err, sizeof err);
         if (err[0]) return st_error_set(e, "%s", err);
         // A worker that dies while starting (killed from outside) is started
         // again; one that says its region is unusable is not.
@@ -282,19 +295,32 @@ static int bring_up(struct st_pool *p, uint32_t timeout_ms, struct st_error *e)
             if (p->r[i].dead) {
                 p->r[i].dead = false;
                 if (p->r[i].exit_code == ST_WORKER_EXIT_NO_RESPAWN || p->r[i].exit_code == ST_WORKER_EXIT_USAGE ||
-                    ++retries > 8)
+                    ++p->start_retries > 8)
                     return st_error_set(e, "worker %u exited during start (exit code %d)", i, p->r[i].exit_code);
                 p->restarts++;
                 if (spawn(p, i, e)) return -1;
             }
-        if (now_ns() > deadline) return st_error_set(e, "worker set %u: not ready within %u ms", p->cfg.node, timeout_ms);
+        if (!all_ready(p)) {
+            if (now_ns() > p->start_deadline_ns)
+                return st_error_set(e, "worker set %u: not ready within %u ms", p->cfg.node, p->cfg.start_timeout_ms);
+            return 0;
+        }
     }
     if (!p->cfg.no_spare && p->r[SPARE].status == RANK_DOWN) {
         if (p->r[SPARE].pid > 0 || p->r[SPARE].pidfd >= 0) reap(p, SPARE);
         p->r[SPARE].dead = false;
         if (spawn(p, SPARE, e)) return -1;
     }
-    return 0;
+    return 1;
+}
+
+// Starts every rank that is down and waits until the whole set said hello.
+static int bring_up(struct st_pool *p, struct st_error *e)
+{
+    if (start_down(p, e)) return -1;
+    int rc;
+    while ((rc = poll_start(p, 20, e)) == 0) {}
+    return rc < 0 ? -1 : 0;
 }
 
 int st_pool_start(const struct st_pool_config *cfg, void *zctx, struct st_pool **out, struct st_error *e)
@@ -318,7 +344,7 @@ int st_pool_start(const struct st_pool_config *cfg, void *zctx, struct st_pool *
         free(p);
         return -1;
     }
-    if (bring_up(p, p->cfg.start_timeout_ms, e)) {
+    if (bring_up(p, e)) {
         st_pool_stop(&p);
         return -1;
     }
@@ -487,12 +513,23 @@ static int settle(struct st_pool *p, struct st_error *e)
             p->restarts++;
             res->restarts++;
         }
-    if (bring_up(p, p->cfg.start_timeout_ms, e)) {
+    // The replacements start while the caller's loop goes on (other sets'
+    // steps, clients); st_pool_progress relaunches once they said hello.
+    if (start_down(p, e)) {
         p->cmd = NULL;
         return -1;
     }
+    p->died_ns = died;
+    p->starting = true;
+    return st_pool_progress(p, 0, e);
+}
+
+// The step's set is whole again: replay the step, or fail it after its
+// last attempt.
+static int relaunch(struct st_pool *p, struct st_error *e)
+{
     st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
-    if (died != UINT64_MAX) p->last_replace_s = (now_ns() - died) * 1e-9;
+    if (p->died_ns != UINT64_MAX) p->last_replace_s = (now_ns() - p->died_ns) * 1e-9;
     if (p->attempt >= ST_POOL_MAX_ATTEMPTS) {
         // A poisoned request fails once a step of it alone has: the hook is spent.
         if (p->poison && p->cmd->kind != SUBTERNARY__STEP_KIND__STEP_BATCH && has_round_of(p->cmd, p->poison_slot))
@@ -508,6 +545,14 @@ static int settle(struct st_pool *p, struct st_error *e)
 int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e)
 {
     if (!p->cmd) return st_error_set(e, "worker set %u runs no step", p->cfg.node);
+    if (p->starting) {
+        int rc = poll_start(p, timeout_ms, e);
+        if (rc == 0) return 0;
+        p->starting = false;
+        if (rc > 0) return relaunch(p, e);
+        p->cmd = NULL;
+        return -1;
+    }
     if (waiting(p)) {
         // A death: abort the barrier so the survivors leave the step.
         if (p->any_dead && !st_barrier_aborted(&p->cfg.ctl->barrier)) st_barrier_abort(&p->cfg.ctl->barrier);
@@ -563,7 +608,7 @@ void st_pool_service(struct st_pool *p, int timeout_ms)
     if (any) {
         struct st_error e;
         uint64_t t0 = now_ns();
-        if (bring_up(p, p->cfg.start_timeout_ms, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
+        if (bring_up(p, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
         st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
         p->last_replace_s = (now_ns() - t0) * 1e-9;
     }

@@ -5,7 +5,8 @@
 // duplicated); a seed samples the same tokens again, and a request without
 // one is told the one it got; a short request is not starved by a long one;
 // a retried request id runs once; stats, Prometheus text and health; two
-// nodes' worker sets stepping side by side (one stopped, the other streams);
+// nodes' worker sets stepping side by side (one stopped, the other streams;
+// one waiting for a replacement worker, the other streams);
 // the config file; an ipc endpoint only in a 0700 directory; a clean SIGTERM
 // shutdown.
 #include <setjmp.h>
@@ -334,6 +335,58 @@ static void test_two_nodes(void **state)
     assert_int_equal(st_test_server_stop(&s), 0);
 }
 
+// The same two nodes: node 0's worker is killed while its spare is stopped,
+// so node 0's step waits for a replacement that cannot say hello.  The
+// server's loop goes on meanwhile: node 1's session keeps streaming.  Once
+// the spare runs again it takes the place, node 0's step replays, and both
+// outputs are the greedy reference.
+static void test_replacement_beside(void **state)
+{
+    (void)state;
+    struct st_test_server s;
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", "--hang-ms", "120000",
+                          NULL};
+    assert_int_equal(st_test_server_start(&s, args), 0);
+    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
+    static struct st_test_result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
+    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
+    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    pid_t w[4], spare[4];
+    assert_int_equal(st_test_children(s.pid, "--rank 0 --node 0 ", w, 4), 1);
+    assert_int_equal(st_test_children(s.pid, "--node 0 --cpu -1 ", spare, 4), 1); // the spare has no CPU yet
+    assert_int_equal(kill(spare[0], SIGSTOP), 0);
+    assert_int_equal(kill(w[0], SIGKILL), 0);
+    usleep(300000);
+    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
+    int a_stopped = ra.chunks, b_stopped = rb.chunks;
+    while (rb.chunks < b_stopped + 20) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
+    printf("  node 0 waiting for its replacement: node 1 streamed %d chunks, node 0 %d\n", rb.chunks - b_stopped,
+           ra.chunks - a_stopped);
+    assert_int_equal(ra.chunks, a_stopped);
+    assert_int_equal(kill(spare[0], SIGCONT), 0);
+    int a_resumed = ra.chunks;
+    while (ra.chunks < a_resumed + 5) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    struct st_client_stats st;
+    assert_int_equal(st_client_stats(a, &st, 5000), 1);
+    assert_true(st.nodes[0].worker_restarts >= 1);
+    assert_int_equal(st.nodes[1].worker_restarts, 0);
+    assert_int_equal(st_client_cancel(a, "n0"), 0);
+    assert_int_equal(st_client_cancel(b, "n1"), 0);
+    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
+    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
+    assert_int_equal(ra.gaps + rb.gaps, 0);
+    assert_true(agrees(&ra, 0));
+    assert_true(agrees(&rb, 1));
+    st_client_close(&a);
+    st_client_close(&b);
+    assert_int_equal(st_test_server_stop(&s), 0);
+}
+
 static void test_config_file(void **state)
 {
     (void)state;
@@ -570,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_stats_prom_health),
         cmocka_unit_test(test_deadline_and_cli_cancel),
         cmocka_unit_test(test_two_nodes),
+        cmocka_unit_test(test_replacement_beside),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_ipc_endpoint),
         cmocka_unit_test(test_shutdown),
