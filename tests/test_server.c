@@ -273,118 +273,116 @@ static void test_deadline_and_cli_cancel(void **state)
     assert_int_equal(st_test_run(inval, out, sizeof out), 1);
 }
 
-// Two virtual nodes of one worker each, one slot per node: two sessions are
-// placed one per node, and the nodes' sets run their steps side by side:
-// while node 0's only worker is stopped (SIGSTOP: its step waits on it; the
-// hang limit is far off), node 1's session keeps streaming; node 0's resumes
-// with the worker, and both outputs are the greedy reference.
+// Two virtual nodes of one worker each, one slot per node, and a session on
+// each: "n0" on node 0 (the fewest sessions, lowest index) from client a,
+// "n1" on node 1 from client b, both streaming.
+struct two_nodes {
+    struct st_test_server s;
+    struct st_client *a, *b;
+    struct st_test_result ra, rb;
+};
+
+static void two_nodes_start(struct two_nodes *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", "--hang-ms", "120000",
+                          NULL};
+    assert_int_equal(st_test_server_start(&t->s, args), 0);
+    t->a = st_test_client(&t->s, NULL);
+    t->b = st_test_client(&t->s, NULL);
+    assert_int_equal(st_test_submit(t->a, "n0", prompts[0], 3000, true), 0);
+    while (!t->ra.chunks) assert_int_equal(st_test_pump(t->a, "n0", &t->ra, 10000), 1);
+    assert_int_equal(st_test_submit(t->b, "n1", prompts[1], 3000, true), 0);
+    while (!t->rb.chunks) assert_int_equal(st_test_pump(t->b, "n1", &t->rb, 10000), 1);
+}
+
+// Node 0 held up (what it sent before arrives first): node 1 streams 20
+// chunks meanwhile.  Returns the chunks node 0 streamed during them.
+static int node1_streams(struct two_nodes *t, const char *why)
+{
+    usleep(300000);
+    while (st_test_pump(t->a, "n0", &t->ra, 0) == 1) {}
+    int a0 = t->ra.chunks, b0 = t->rb.chunks;
+    while (t->rb.chunks < b0 + 20) assert_int_equal(st_test_pump(t->b, "n1", &t->rb, 10000), 1);
+    usleep(100000);
+    while (st_test_pump(t->a, "n0", &t->ra, 0) == 1) {}
+    printf("  node 0 %s: node 1 streamed %d chunks, node 0 %d\n", why, t->rb.chunks - b0, t->ra.chunks - a0);
+    return t->ra.chunks - a0;
+}
+
+// Node 0 streams again; both requests are cancelled, and their outputs are
+// the greedy reference (which does not depend on the node).
+static void two_nodes_finish(struct two_nodes *t)
+{
+    int a0 = t->ra.chunks;
+    while (t->ra.chunks < a0 + 5) assert_int_equal(st_test_pump(t->a, "n0", &t->ra, 10000), 1);
+    assert_int_equal(st_client_cancel(t->a, "n0"), 0);
+    assert_int_equal(st_client_cancel(t->b, "n1"), 0);
+    assert_int_equal(st_test_wait(t->a, "n0", &t->ra, 10000), 0);
+    assert_int_equal(st_test_wait(t->b, "n1", &t->rb, 10000), 0);
+    assert_int_equal(t->ra.gaps + t->rb.gaps, 0);
+    assert_true(agrees(&t->ra, 0));
+    assert_true(agrees(&t->rb, 1));
+}
+
+static void two_nodes_stop(struct two_nodes *t)
+{
+    st_client_close(&t->a);
+    st_client_close(&t->b);
+    assert_int_equal(st_test_server_stop(&t->s), 0);
+}
+
+// The nodes' sets run their steps side by side: while node 0's only worker
+// is stopped (SIGSTOP: its step waits on it; the hang limit is far off),
+// node 1's session keeps streaming; node 0's resumes with the worker.
 static void test_two_nodes(void **state)
 {
     (void)state;
-    struct st_test_server s;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", "--hang-ms", "120000",
-                          NULL};
-    assert_int_equal(st_test_server_start(&s, args), 0);
-    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
-    static struct st_test_result ra, rb, rc;
-    memset(&ra, 0, sizeof ra);
-    memset(&rb, 0, sizeof rb);
-    memset(&rc, 0, sizeof rc);
-    // The first session goes to node 0 (the fewest sessions, lowest index).
-    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
-    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
-    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
-    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    static struct two_nodes t;
+    two_nodes_start(&t);
     struct st_client_stats st;
-    assert_int_equal(st_client_stats(a, &st, 5000), 1);
+    assert_int_equal(st_client_stats(t.a, &st, 5000), 1);
     assert_int_equal(st.n_nodes, 2);
     assert_int_equal(st.slots, 2);
     assert_int_equal(st.nodes[0].sessions, 1);
     assert_int_equal(st.nodes[1].sessions, 1);
     assert_int_equal(st.nodes[0].workers, 1);
     pid_t w[4];
-    assert_int_equal(st_test_children(s.pid, "--rank 0 --node 0 ", w, 4), 1);
+    assert_int_equal(st_test_children(t.s.pid, "--rank 0 --node 0 ", w, 4), 1);
     assert_int_equal(kill(w[0], SIGSTOP), 0);
-    // What node 0 sent before the stop arrives; then at most the step that
-    // was in flight ends there.
-    usleep(300000);
-    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
-    int a_stopped = ra.chunks, b_stopped = rb.chunks;
-    while (rb.chunks < b_stopped + 20) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
-    usleep(100000);
-    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
-    printf("  node 0 stopped: node 1 streamed %d chunks, node 0 %d\n", rb.chunks - b_stopped,
-           ra.chunks - a_stopped);
-    assert_true(ra.chunks <= a_stopped + 1);
+    assert_true(node1_streams(&t, "stopped") <= 1); // at most the step that was in flight ends
     assert_int_equal(kill(w[0], SIGCONT), 0);
-    int a_resumed = ra.chunks;
-    while (ra.chunks < a_resumed + 5) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
-    assert_int_equal(st_client_cancel(a, "n0"), 0);
-    assert_int_equal(st_client_cancel(b, "n1"), 0);
-    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
-    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
-    // Greedy output does not depend on the node.
-    assert_int_equal(ra.gaps + rb.gaps, 0);
-    assert_true(agrees(&ra, 0));
-    assert_true(agrees(&rb, 1));
-    assert_int_equal(st_test_submit(a, "after", prompts[2], 32, false), 0);
-    assert_int_equal(st_test_wait(a, "after", &rc, 10000), 0);
+    two_nodes_finish(&t);
+    static struct st_test_result rc;
+    memset(&rc, 0, sizeof rc);
+    assert_int_equal(st_test_submit(t.a, "after", prompts[2], 32, false), 0);
+    assert_int_equal(st_test_wait(t.a, "after", &rc, 10000), 0);
     assert_true(st_test_prefix_of(&rc, ref[2], n_ref[2], 32));
-    st_client_close(&a);
-    st_client_close(&b);
-    assert_int_equal(st_test_server_stop(&s), 0);
+    two_nodes_stop(&t);
 }
 
-// The same two nodes: node 0's worker is killed while its spare is stopped,
-// so node 0's step waits for a replacement that cannot say hello.  The
-// server's loop goes on meanwhile: node 1's session keeps streaming.  Once
-// the spare runs again it takes the place, node 0's step replays, and both
-// outputs are the greedy reference.
+// Node 0's worker is killed while its spare is stopped, so node 0's step
+// waits for a replacement that cannot say hello.  The server's loop goes on
+// meanwhile: node 1's session keeps streaming.  Once the spare runs again it
+// takes the place and node 0's step replays.
 static void test_replacement_beside(void **state)
 {
     (void)state;
-    struct st_test_server s;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "1", "--queue", "2", "--hang-ms", "120000",
-                          NULL};
-    assert_int_equal(st_test_server_start(&s, args), 0);
-    struct st_client *a = st_test_client(&s, NULL), *b = st_test_client(&s, NULL);
-    static struct st_test_result ra, rb;
-    memset(&ra, 0, sizeof ra);
-    memset(&rb, 0, sizeof rb);
-    assert_int_equal(st_test_submit(a, "n0", prompts[0], 3000, true), 0);
-    while (!ra.chunks) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
-    assert_int_equal(st_test_submit(b, "n1", prompts[1], 3000, true), 0);
-    while (!rb.chunks) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
+    static struct two_nodes t;
+    two_nodes_start(&t);
     pid_t w[4], spare[4];
-    assert_int_equal(st_test_children(s.pid, "--rank 0 --node 0 ", w, 4), 1);
-    assert_int_equal(st_test_children(s.pid, "--node 0 --cpu -1 ", spare, 4), 1); // the spare has no CPU yet
+    assert_int_equal(st_test_children(t.s.pid, "--rank 0 --node 0 ", w, 4), 1);
+    assert_int_equal(st_test_children(t.s.pid, "--node 0 --cpu -1 ", spare, 4), 1); // the spare has no CPU yet
     assert_int_equal(kill(spare[0], SIGSTOP), 0);
     assert_int_equal(kill(w[0], SIGKILL), 0);
-    usleep(300000);
-    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
-    int a_stopped = ra.chunks, b_stopped = rb.chunks;
-    while (rb.chunks < b_stopped + 20) assert_int_equal(st_test_pump(b, "n1", &rb, 10000), 1);
-    while (st_test_pump(a, "n0", &ra, 0) == 1) {}
-    printf("  node 0 waiting for its replacement: node 1 streamed %d chunks, node 0 %d\n", rb.chunks - b_stopped,
-           ra.chunks - a_stopped);
-    assert_int_equal(ra.chunks, a_stopped);
+    assert_int_equal(node1_streams(&t, "waiting for its replacement"), 0);
     assert_int_equal(kill(spare[0], SIGCONT), 0);
-    int a_resumed = ra.chunks;
-    while (ra.chunks < a_resumed + 5) assert_int_equal(st_test_pump(a, "n0", &ra, 10000), 1);
+    two_nodes_finish(&t);
     struct st_client_stats st;
-    assert_int_equal(st_client_stats(a, &st, 5000), 1);
+    assert_int_equal(st_client_stats(t.a, &st, 5000), 1);
     assert_true(st.nodes[0].worker_restarts >= 1);
     assert_int_equal(st.nodes[1].worker_restarts, 0);
-    assert_int_equal(st_client_cancel(a, "n0"), 0);
-    assert_int_equal(st_client_cancel(b, "n1"), 0);
-    assert_int_equal(st_test_wait(a, "n0", &ra, 10000), 0);
-    assert_int_equal(st_test_wait(b, "n1", &rb, 10000), 0);
-    assert_int_equal(ra.gaps + rb.gaps, 0);
-    assert_true(agrees(&ra, 0));
-    assert_true(agrees(&rb, 1));
-    st_client_close(&a);
-    st_client_close(&b);
-    assert_int_equal(st_test_server_stop(&s), 0);
+    two_nodes_stop(&t);
 }
 
 static void test_config_file(void **state)
