@@ -91,16 +91,14 @@ static void print_config(const struct serve_opts *o)
 {
     const struct st_engine_config *ec = &o->ec;
     const struct st_server_config *sc = &o->sc;
-    // The defaults of engine.c and server.c.
-    uint32_t chunk = ec->prefill_chunk ? ec->prefill_chunk : ST_ENGINE_PREFILL_CHUNK;
-    uint32_t rows = sc->step_rows ? sc->step_rows : ST_SERVER_STEP_ROWS;
+    uint32_t chunk = st_engine_prefill_rows(ec), rows, slice; // what the engine and server will use
+    st_server_rows(sc, chunk, &rows, &slice);
     printf("target = %s\ndraft = %s\nlisten = %s\nslots = %u\nbatch = %u\nctx = %u\nqueue = %u\nnodes = %u\n"
            "cpus = %s\nworkers = %u\nk-max = %u\nmax-tokens = %u\nprefill-chunk = %u\nstep-rows = %u\n"
            "prefill-slice = %u\nmax-msg = %u\nmax-prompt-bytes = %u\ncurve-secret = %s\ncurve-allow = %s\nquiet = %s\n",
            ec->target_path ? ec->target_path : "", ec->draft_path ? ec->draft_path : "", sc->listen, ec->n_slots,
            ec->max_batch, ec->n_ctx, sc->queue, ec->n_nodes, ec->cpus ? ec->cpus : "", ec->workers_per_node, ec->k_max,
-           sc->max_tokens_default, chunk, rows < chunk ? rows : chunk,
-           sc->prefill_slice ? sc->prefill_slice : chunk > 512 ? chunk : 512, sc->max_msg_bytes, sc->max_prompt_bytes,
+           sc->max_tokens_default, chunk, rows, slice, sc->max_msg_bytes, sc->max_prompt_bytes,
            o->curve_secret_file ? o->curve_secret_file : "", o->curve_allow_file ? o->curve_allow_file : "",
            sc->quiet ? "true" : "false");
 }

@@ -114,6 +114,13 @@ static int open_node(struct st_engine *eng, struct st_engine_node *nd, int32_t m
     return st_kv_init(&nd->kv, kv, kbytes, &kc, e);
 }
 
+uint32_t st_engine_prefill_rows(const struct st_engine_config *cfg)
+{
+    uint32_t k_max = cfg->k_max ? cfg->k_max : ST_ENGINE_K_DEFAULT;
+    uint32_t m = cfg->prefill_chunk ? cfg->prefill_chunk : ST_ENGINE_PREFILL_CHUNK;
+    return m < k_max + 1 ? k_max + 1 : m;
+}
+
 int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_engine **out, struct st_error *e)
 {
     *out = NULL;
@@ -125,8 +132,7 @@ int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_eng
     eng->zctx = zctx;
     if (!eng->cfg.n_slots) eng->cfg.n_slots = 1;
     eng->k_max = cfg->k_max ? cfg->k_max : ST_ENGINE_K_DEFAULT;
-    eng->m_max = cfg->prefill_chunk ? cfg->prefill_chunk : ST_ENGINE_PREFILL_CHUNK;
-    if (eng->m_max < eng->k_max + 1) eng->m_max = eng->k_max + 1;
+    eng->m_max = st_engine_prefill_rows(cfg);
     eng->n_lanes = eng->m_max / (eng->k_max + 1);
     if (eng->n_lanes > ST_ENGINE_MAX_LANES) eng->n_lanes = ST_ENGINE_MAX_LANES;
     if (eng->n_lanes > eng->cfg.n_slots) eng->n_lanes = eng->cfg.n_slots;

@@ -86,6 +86,9 @@ struct st_engine {
 };
 
 int st_engine_open(const struct st_engine_config *cfg, void *zctx, struct st_engine **out, struct st_error *e);
+// The rows of a prefill forward cfg gives (its chunk or the default, at
+// least a round's K+1): the engine's m_max.
+uint32_t st_engine_prefill_rows(const struct st_engine_config *cfg);
 void st_engine_close(struct st_engine **eng);
 
 // Runs a step on a node's worker set.

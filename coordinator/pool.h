@@ -67,8 +67,8 @@ int st_pool_step(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step
 // The same, without waiting: st_pool_submit sends the step; st_pool_progress
 // handles the set's events for up to timeout_ms and returns 1 when the step
 // is done (res filled), 0 while it runs (or its replacement workers start,
-// or it is being replayed), -1 when it failed (e says why).  cmd, what it points at, and res must stay valid until
-// then: a replay sends cmd again.  One step at a time per set, so sets on
+// or it is being replayed), -1 when it failed (e says why).  cmd, what it
+// points at, and res must stay valid until then: a replay sends cmd again.  One step at a time per set, so sets on
 // different nodes run steps side by side.
 int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_step_result *res, struct st_error *e);
 int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e);

@@ -497,6 +497,14 @@ static int open_socket(struct st_server *s, struct st_error *e)
     return 0;
 }
 
+void st_server_rows(const struct st_server_config *cfg, uint32_t m_max, uint32_t *step_rows,
+                    uint32_t *prefill_slice)
+{
+    *step_rows = cfg->step_rows ? cfg->step_rows : ST_SERVER_STEP_ROWS;
+    if (*step_rows > m_max) *step_rows = m_max;
+    *prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : m_max > 512 ? m_max : 512;
+}
+
 int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, void *zctx, struct st_server **out,
                    struct st_error *e)
 {
@@ -514,9 +522,7 @@ int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, vo
     if (!s->cfg.max_tokens_default) s->cfg.max_tokens_default = 256;
     if (!s->cfg.finished_cache) s->cfg.finished_cache = 1024;
     if (!s->cfg.max_deadline_ms) s->cfg.max_deadline_ms = 86400000u;
-    s->prefill_slice = cfg->prefill_slice ? cfg->prefill_slice : eng->m_max > 512 ? eng->m_max : 512;
-    s->step_rows = cfg->step_rows ? cfg->step_rows : ST_SERVER_STEP_ROWS;
-    if (s->step_rows > eng->m_max) s->step_rows = eng->m_max;
+    st_server_rows(cfg, eng->m_max, &s->step_rows, &s->prefill_slice);
     s->lanes = cfg->max_batch && cfg->max_batch < eng->n_lanes ? cfg->max_batch : eng->n_lanes;
     s->ids_cap = eng->k_max + 2;
     s->text_cap = (size_t)s->ids_cap * 256;

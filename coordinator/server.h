@@ -45,6 +45,11 @@ struct st_server_config {
 
 struct st_server;
 
+// The rows of a batched step's forward and the prompt tokens of a scheduling
+// turn that cfg gives on an engine of m_max rows a forward.
+void st_server_rows(const struct st_server_config *cfg, uint32_t m_max, uint32_t *step_rows,
+                    uint32_t *prefill_slice);
+
 // Binds the socket (checking that an ipc endpoint's directory is 0700) and
 // starts the ZAP handler when CURVE is on.  The engine stays the caller's.
 int st_server_open(const struct st_server_config *cfg, struct st_engine *eng, void *zctx, struct st_server **out,
