@@ -33,13 +33,6 @@ static char prompts[N_PROMPTS][128];
 static uint32_t *ref[N_PROMPTS];
 static int n_ref[N_PROMPTS];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 // A client of both servers, once both answered.
 static struct st_client *multi_client(void)
 {
@@ -50,7 +43,7 @@ static struct st_client *multi_client(void)
         st_client_close(&c);
         return NULL;
     }
-    for (int64_t give_up = now_ms() + 10000; now_ms() < give_up;) {
+    for (int64_t give_up = st_test_now_ms() + 10000; st_test_now_ms() < give_up;) {
         struct st_client_health h;
         if (st_client_health(c, &h, 2000) == 1 && h.servers == 2 && h.servers_answered == 2) return c;
     }
@@ -72,11 +65,11 @@ static void server_stats(int i, struct st_client_stats *st)
 // Pumps the n requests until each finished or, with `chunk`, streamed.
 static void pump_until(struct st_client *c, const char *const *ids, struct st_test_result *rs, int n, bool chunk)
 {
-    for (int64_t give_up = now_ms() + 60000;;) {
+    for (int64_t give_up = st_test_now_ms() + 60000;;) {
         int left = 0;
         for (int i = 0; i < n; i++) left += !rs[i].finished && !(chunk && rs[i].chunks);
         if (!left) return;
-        assert_true(now_ms() < give_up);
+        assert_true(st_test_now_ms() < give_up);
         assert_true(st_test_pump_any(c, ids, rs, n, 1000) >= 0);
     }
 }
@@ -121,9 +114,9 @@ static void test_endpoint_list_errors(void **state)
     // Nothing listens: a submit gives up after the connect timeout.
     o = (struct st_client_options){.endpoint = "tcp://127.0.0.1:1,tcp://127.0.0.1:2", .connect_timeout_ms = 200};
     assert_int_equal(st_client_connect(&o, &c), 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = st_test_now_ms();
     assert_int_equal(st_test_submit(c, "nowhere", prompts[0], 8, false), -1);
-    assert_true(now_ms() - t0 >= 190);
+    assert_true(st_test_now_ms() - t0 >= 190);
     assert_non_null(strstr(st_client_error(c), "none of the 2 servers is connected"));
     st_client_close(&c);
 }
@@ -273,14 +266,14 @@ static void test_busy_moves(void **state)
     memset(b, 0, sizeof b);
     const char *bids[] = {"both-0", "both-1", "both-2"};
     for (int i = 0; i < 3; i++) submit_long(c, bids[i], i);
-    for (int64_t give_up = now_ms() + 30000;;) {
+    for (int64_t give_up = st_test_now_ms() + 30000;;) {
         int streaming = 0, busy = 0;
         for (int i = 0; i < 3; i++) {
             streaming += b[i].chunks > 0 && !b[i].finished;
             busy += b[i].finished;
         }
         if (streaming == 1 && busy == 1) break;
-        assert_true(now_ms() < give_up);
+        assert_true(st_test_now_ms() < give_up);
         assert_true(st_test_pump_any(c, bids, b, 3, 1000) >= 0);
     }
     struct st_client_stats all;
@@ -397,8 +390,8 @@ static void test_kill_one(void **state)
     // A third request waits behind one of the two; its server is the victim.
     assert_int_equal(st_test_submit(c, ids[2], prompts[2], 32, false), 0);
     int v = -1;
-    for (int64_t give_up = now_ms() + 10000; v < 0; usleep(10000)) {
-        assert_true(now_ms() < give_up);
+    for (int64_t give_up = st_test_now_ms() + 10000; v < 0; usleep(10000)) {
+        assert_true(st_test_now_ms() < give_up);
         struct st_client_stats st;
         for (int s = 0; s < 2 && v < 0; s++) {
             server_stats(s, &st);
@@ -448,9 +441,9 @@ static void test_kill_one(void **state)
     }
     // Stats and health count the survivor alone (within the connect timeout).
     struct st_client_stats st;
-    int64_t t0 = now_ms();
+    int64_t t0 = st_test_now_ms();
     assert_int_equal(st_client_stats(c, &st, 5000), 1);
-    printf("  stats of 1 of 2 servers in %lld ms\n", (long long)(now_ms() - t0));
+    printf("  stats of 1 of 2 servers in %lld ms\n", (long long)(st_test_now_ms() - t0));
     assert_int_equal(st.servers, 2);
     assert_int_equal(st.servers_answered, 1);
     assert_int_equal(st.slots, 1);
@@ -470,8 +463,8 @@ static void test_kill_one(void **state)
     const char *args[] = {"--slots", "1", "--queue", "1", "--workers", "1", "--listen", endpoint, NULL};
     assert_int_equal(st_test_server_start(&S[v], args), 0);
     killed = -1;
-    for (int64_t give_up = now_ms() + 10000; !h.ok; usleep(50000)) {
-        assert_true(now_ms() < give_up);
+    for (int64_t give_up = st_test_now_ms() + 10000; !h.ok; usleep(50000)) {
+        assert_true(st_test_now_ms() < give_up);
         assert_int_equal(st_client_health(c, &h, 1000), 1);
     }
     assert_int_equal(h.servers_answered, 2);

@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -236,17 +235,9 @@ static void drained(struct st_client *c, struct st_client_stats *st)
     for (int i = 0; i < 300; i++) {
         assert_int_equal(st_client_stats(c, st, 5000), 1);
         if (!st->sessions && !st->queued) return;
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        usleep(100000);
     }
     fail_msg("sessions %u, queued %u left after the soak", st->sessions, st->queued);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 // SIGKILLs one of the server's worker processes (a spare too); says whether
@@ -281,10 +272,9 @@ static void soak(const char *const *args, int kill_ms)
     const char **ids = calloc(total, sizeof *ids);
     uint32_t counts[N_KINDS] = {0}, submitted = 0, done = 0, in_flight = 0;
     uint32_t landed[3] = {0}; // cancels, deadlines, Done events
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = st_test_now_ms();
     int kills = 0;
-    int64_t next_kill = kill_ms ? now_ms() + kill_ms : INT64_MAX;
+    int64_t next_kill = kill_ms ? st_test_now_ms() + kill_ms : INT64_MAX;
     while (done < total) {
         while (submitted < total && in_flight < IN_FLIGHT) {
             struct req *r = &reqs[submitted];
@@ -306,9 +296,9 @@ static void soak(const char *const *args, int kill_ms)
         }
         if (!in_flight) continue;
         assert_int_equal(st_test_pump_any(c, ids, res, (int)submitted, 60000), 1);
-        if (now_ms() >= next_kill) {
+        if (st_test_now_ms() >= next_kill) {
             kills += kill_worker(&s);
-            next_kill = now_ms() + kill_ms / 2 + draw((uint32_t)kill_ms);
+            next_kill = st_test_now_ms() + kill_ms / 2 + draw((uint32_t)kill_ms);
         }
         for (uint32_t i = 0; i < submitted; i++) {
             struct req *r = &reqs[i];
@@ -324,7 +314,7 @@ static void soak(const char *const *args, int kill_ms)
             }
         }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(st_test_now_ms() - t0) * 1e-3;
 
     // Late events (a second final) would show up now.  The one allowed: a
     // cancel that crossed its request's Done is answered "unknown request".
@@ -339,8 +329,7 @@ static void soak(const char *const *args, int kill_ms)
 
     struct st_client_stats st;
     drained(c, &st);
-    printf("  %u requests (seed %u, %d workers killed) in %.1f s:", total, seed, kills,
-           (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    printf("  %u requests (seed %u, %d workers killed) in %.1f s:", total, seed, kills, seconds);
     for (int k = 0; k < N_KINDS; k++) printf(" %s %u", kind_name[k], counts[k]);
     printf("\n  %u done, %u cancelled, %u past their deadline; server: done %llu, cancelled %llu, "
            "disconnected %llu, failed %llu, %.2f sessions a step\n",

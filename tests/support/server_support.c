@@ -20,7 +20,7 @@
 #define TARGET "models/pico-target.q8_0.gguf"
 #define DRAFT "models/pico-draft.q4_0.gguf"
 
-static int64_t now_ms(void)
+int64_t st_test_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -52,8 +52,8 @@ static void stop_leftovers(void)
     for (int i = 0; i < MAX_SERVERS; i++)
         if (running[i].pid > 0) {
             kill(running[i].pid, SIGTERM);
-            int64_t deadline = now_ms() + 5000;
-            while (waitpid(running[i].pid, NULL, WNOHANG) == 0 && now_ms() < deadline) usleep(5000);
+            int64_t deadline = st_test_now_ms() + 5000;
+            while (waitpid(running[i].pid, NULL, WNOHANG) == 0 && st_test_now_ms() < deadline) usleep(5000);
             kill(running[i].pid, SIGKILL);
             waitpid(running[i].pid, NULL, WNOHANG);
             st_rundir_remove(running[i].tmp);
@@ -112,8 +112,8 @@ int st_test_server_start(struct st_test_server *s, const char *const *extra)
     // Ready when it says where it listens (within 30 s: loading is ~0.1 s).
     char buf[1024];
     size_t len = 0;
-    int64_t deadline = now_ms() + 30000;
-    while (now_ms() < deadline) {
+    int64_t deadline = st_test_now_ms() + 30000;
+    while (st_test_now_ms() < deadline) {
         struct pollfd p = {out[0], POLLIN, 0};
         if (poll(&p, 1, 200) <= 0) {
             if (waitpid(pid, NULL, WNOHANG) == pid) {
@@ -152,9 +152,9 @@ int st_test_server_stop(struct st_test_server *s)
     int status = -1;
     if (s->pid > 0) {
         kill(s->pid, SIGTERM);
-        int64_t deadline = now_ms() + 10000;
+        int64_t deadline = st_test_now_ms() + 10000;
         while (waitpid(s->pid, &status, WNOHANG) == 0) {
-            if (now_ms() > deadline) {
+            if (st_test_now_ms() > deadline) {
                 fprintf(stderr, "server %d did not stop on SIGTERM: killed\n", (int)s->pid);
                 kill(s->pid, SIGKILL);
                 waitpid(s->pid, &status, 0);
@@ -325,9 +325,9 @@ int st_test_pump(struct st_client *c, const char *id, struct st_test_result *r, 
 
 int st_test_wait(struct st_client *c, const char *id, struct st_test_result *r, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = st_test_now_ms() + timeout_ms;
     while (!r->finished) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - st_test_now_ms();
         if (left <= 0 || st_test_pump(c, id, r, (int)left) < 0) return -1;
     }
     return 0;

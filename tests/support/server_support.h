@@ -42,6 +42,9 @@ int st_test_prompts(char prompts[ST_TEST_N_PROMPTS][128], uint32_t **ref, int *n
 // stdout into out (NUL-terminated, truncated to cap); returns the exit status.
 int st_test_run(const char *const *args, char *out, size_t cap);
 
+// Milliseconds on the monotonic clock.
+int64_t st_test_now_ms(void);
+
 // Child processes of pid whose command line contains `match` (NULL: any).
 int st_test_children(pid_t pid, const char *match, pid_t *out, int cap);
 
