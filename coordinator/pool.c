@@ -471,6 +471,10 @@ int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_st
     p->steps++;
     p->cmd = cmd;
     p->res = res;
+    if (p->starting) { // replaced between steps: st_pool_progress launches once the set is whole
+        p->attempt = 0;
+        return 0;
+    }
     p->attempt = 1;
     launch(p);
     return 0;
@@ -577,12 +581,29 @@ int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items)
     return watch_items(p, items, map);
 }
 
+// A set replaced between steps: once whole (or given up on), its barrier is
+// reset and the replacement timed.
+static void service_start(struct st_pool *p, int timeout_ms)
+{
+    struct st_error e;
+    int rc = poll_start(p, timeout_ms, &e);
+    if (rc == 0) return;
+    p->starting = false;
+    if (rc < 0) fprintf(stderr, "coordinator: %s\n", e.msg);
+    st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
+    p->last_replace_s = (now_ns() - p->died_ns) * 1e-9;
+}
+
 void st_pool_service(struct st_pool *p, int timeout_ms)
 {
     if (p->cmd) return; // its events belong to the step's progress
+    if (p->starting) {
+        service_start(p, timeout_ms);
+        return;
+    }
     poll_once(p, timeout_ms, 0, NULL, NULL, 0);
     bool any = false;
-    uint64_t hb_limit = (uint64_t)p->cfg.hang_ms * 1000000u, t = now_ns();
+    uint64_t hb_limit = (uint64_t)p->cfg.hang_ms * 1000000u, t = now_ns(), died = t;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
         struct rank *r = &p->r[i];
         if (r->status == RANK_READY && t - r->last_seen_ns > hb_limit && r->pid > 0) {
@@ -593,6 +614,7 @@ void st_pool_service(struct st_pool *p, int timeout_ms)
             reap(p, i);
         }
         if (r->dead || r->status == RANK_DOWN) {
+            if (r->dead && r->died_ns && r->died_ns < died) died = r->died_ns;
             r->dead = false;
             if (r->status != RANK_DOWN) reap(p, i);
             p->restarts++;
@@ -606,11 +628,17 @@ void st_pool_service(struct st_pool *p, int timeout_ms)
         if (spawn(p, SPARE, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
     }
     if (any) {
+        // The replacements start while the caller's loop goes on (other
+        // sets' steps, clients); later calls, or a step submitted meanwhile,
+        // see them through.
         struct st_error e;
-        uint64_t t0 = now_ns();
-        if (bring_up(p, &e)) fprintf(stderr, "coordinator: %s\n", e.msg);
-        st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
-        p->last_replace_s = (now_ns() - t0) * 1e-9;
+        if (start_down(p, &e)) {
+            fprintf(stderr, "coordinator: %s\n", e.msg);
+            return;
+        }
+        p->died_ns = died;
+        p->starting = true;
+        service_start(p, 0);
     }
 }
 

@@ -77,8 +77,10 @@ int st_pool_progress(struct st_pool *p, int timeout_ms, struct st_error *e);
 #define ST_POOL_POLLITEMS (ST_SET_MAX_RANKS + 2)
 int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items);
 
-// Processes worker events (heartbeats, deaths) for up to timeout_ms; replaces
-// workers that died while idle.  Does nothing while a step is in flight.
+// Processes worker events (heartbeats, deaths) for up to timeout_ms; starts
+// replacements for workers that died while idle and, on later calls, sees
+// them through without waiting for them (a step submitted meanwhile waits
+// for the set in st_pool_progress).  Does nothing while a step is in flight.
 void st_pool_service(struct st_pool *p, int timeout_ms);
 
 // zmq_poll items the pool wants watched (router + pidfds) and the idle hook.

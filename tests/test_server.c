@@ -385,6 +385,42 @@ static void test_replacement_beside(void **state)
     two_nodes_stop(&t);
 }
 
+// The same between steps: node 0 has no session when its worker is killed
+// (its spare stopped), so the set is replaced outside any step.  Node 1's
+// session keeps streaming meanwhile; a request that arrives for node 0 waits
+// for the set and then runs.
+static void test_replacement_between_steps(void **state)
+{
+    (void)state;
+    static struct two_nodes t;
+    two_nodes_start(&t);
+    assert_int_equal(st_client_cancel(t.a, "n0"), 0);
+    assert_int_equal(st_test_wait(t.a, "n0", &t.ra, 10000), 0);
+    pid_t w[4], spare[4];
+    assert_int_equal(st_test_children(t.s.pid, "--rank 0 --node 0 ", w, 4), 1);
+    assert_int_equal(st_test_children(t.s.pid, "--node 0 --cpu -1 ", spare, 4), 1);
+    assert_int_equal(kill(spare[0], SIGSTOP), 0);
+    assert_int_equal(kill(w[0], SIGKILL), 0);
+    assert_int_equal(node1_streams(&t, "replaced between steps"), 0);
+    static struct st_test_result late;
+    memset(&late, 0, sizeof late);
+    assert_int_equal(st_test_submit(t.a, "late", prompts[2], 32, false), 0); // node 0: the fewest sessions
+    assert_int_equal(st_test_pump(t.a, "late", &late, 300), 0);
+    assert_int_equal(kill(spare[0], SIGCONT), 0);
+    assert_int_equal(st_test_wait(t.a, "late", &late, 10000), 0);
+    assert_true(st_test_prefix_of(&late, ref[2], n_ref[2], 32));
+    assert_int_equal(st_client_cancel(t.b, "n1"), 0);
+    assert_int_equal(st_test_wait(t.b, "n1", &t.rb, 10000), 0);
+    assert_int_equal(t.rb.gaps, 0);
+    assert_true(agrees(&t.rb, 1));
+    struct st_client_stats st;
+    assert_int_equal(st_client_stats(t.a, &st, 5000), 1);
+    assert_int_equal(st.nodes[0].worker_restarts, 1);
+    assert_int_equal(st.nodes[0].workers_ready, 1);
+    assert_int_equal(st.nodes[1].worker_restarts, 0);
+    two_nodes_stop(&t);
+}
+
 static void test_config_file(void **state)
 {
     (void)state;
@@ -622,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_deadline_and_cli_cancel),
         cmocka_unit_test(test_two_nodes),
         cmocka_unit_test(test_replacement_beside),
+        cmocka_unit_test(test_replacement_between_steps),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_ipc_endpoint),
         cmocka_unit_test(test_shutdown),
