@@ -89,6 +89,11 @@ static void params_of(struct st_session *s, const struct st_gen_params *gp)
     if (s->gp.k > s->eng->k_max) s->gp.k = s->eng->k_max;
 }
 
+static bool set_whole(const struct st_engine *eng, uint32_t n)
+{
+    return st_pool_ready(eng->node[n].pool) == st_pool_ranks(eng->node[n].pool);
+}
+
 int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const int32_t *prompt, uint32_t n_prompt,
                    uint64_t id, struct st_session **out, struct st_error *e)
 {
@@ -115,10 +120,13 @@ int st_session_new(struct st_engine *eng, const struct st_gen_params *gp, const 
     s->n_tokens = s->n_prompt = n_prompt;
     s->st.prompt_tokens = n_prompt;
     st_governor_reset(&s->gov, s->gp.governor, s->gp.governor_threshold);
-    // Place on the node with the fewest sessions.
+    // Place on the node with the fewest sessions; of equals, one whose worker
+    // set is whole (a set still replacing a worker would hold up the first step).
     uint32_t best = 0;
     for (uint32_t i = 1; i < eng->n_nodes; i++)
-        if (eng->node[i].sessions < eng->node[best].sessions) best = i;
+        if (eng->node[i].sessions < eng->node[best].sessions ||
+            (eng->node[i].sessions == eng->node[best].sessions && !set_whole(eng, best) && set_whole(eng, i)))
+            best = i;
     uint64_t gen;
     for (uint32_t k = 0; k < eng->n_nodes; k++) {
         uint32_t n = (best + k) % eng->n_nodes;
