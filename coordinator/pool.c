@@ -469,6 +469,15 @@ int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_st
     if (p->cmd) return st_error_set(e, "worker set %u already runs a step", p->cfg.node);
     memset(res, 0, sizeof *res);
     p->steps++;
+    // Deaths since the last look were before this step: they do not count
+    // among its attempts (three deaths in a row fail a step as poison).  The
+    // idle hook stays out: the caller is in the middle of its own loop.
+    if (!p->starting) {
+        st_pool_idle_fn idle = p->idle;
+        p->idle = NULL;
+        st_pool_service(p, 0);
+        p->idle = idle;
+    }
     p->cmd = cmd;
     p->res = res;
     if (p->starting) { // replaced between steps: st_pool_progress launches once the set is whole

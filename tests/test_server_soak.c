@@ -10,10 +10,11 @@
 // alone), contiguous; a finish at the context limit stops exactly there.
 // Afterwards the server runs, no worker was restarted, no request failed,
 // every slot is free again, and a last batch still equals the references.
-// Once more with workers SIGKILLed all along: the same holds, but for the
-// restarts.
+// Once more with workers SIGKILLed all along, on one node and on two: the same
+// holds, but for the restarts.
 //
-// ST_SOAK_SEED and ST_SOAK_REQUESTS replay a plan or make it longer.
+// ST_SOAK_SEED and ST_SOAK_REQUESTS replay a plan or make it longer;
+// ST_SOAK_ONLY=test_soak_... runs one configuration.
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -400,6 +401,17 @@ static void test_soak_worker_kills(void **state)
     soak(args, 200);
 }
 
+// Two nodes as above, a worker SIGKILLed every 100-300 ms: a set replaces
+// its workers between steps too, while the other steps on, and new sessions
+// go to a whole set where the counts tie.
+static void test_soak_two_nodes_worker_kills(void **state)
+{
+    (void)state;
+    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "3", "--batch", "2", "--prefill-slice", "32",
+                          NULL};
+    soak(args, 200);
+}
+
 // The prompts (the server tests' four, and two long synthetic ones) and
 // each one's greedy reference.
 static int setup(void **state)
@@ -452,6 +464,8 @@ int main(void)
         cmocka_unit_test(test_soak_one_node),
         cmocka_unit_test(test_soak_two_nodes),
         cmocka_unit_test(test_soak_worker_kills),
+        cmocka_unit_test(test_soak_two_nodes_worker_kills),
     };
+    if (getenv("ST_SOAK_ONLY")) cmocka_set_test_filter(getenv("ST_SOAK_ONLY")); // one configuration, by name
     return cmocka_run_group_tests(tests, setup, teardown);
 }
