@@ -108,7 +108,7 @@ static int spawn(struct st_pool *p, uint32_t i, struct st_error *e)
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pfd < 0) {
         kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
         return st_error_set(e, "pidfd_open(worker %u, pid %d): %s", i, (int)pid, strerror(errno));
     }
     p->r[i] = (struct rank){.pid = pid, .pidfd = pfd, .status = RANK_STARTING, .last_seen_ns = now_ns()};
@@ -120,8 +120,11 @@ static void reap(struct st_pool *p, uint32_t i)
     struct rank *r = &p->r[i];
     if (r->pid > 0) {
         int status = 0;
+        pid_t w;
         kill(r->pid, SIGKILL);
-        if (waitpid(r->pid, &status, 0) == r->pid && WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
+        // A signal (a second SIGTERM while stopping) must not leave it unreaped.
+        while ((w = waitpid(r->pid, &status, 0)) < 0 && errno == EINTR) {}
+        if (w == r->pid && WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
         else r->exit_code = -1;
     }
     if (r->pidfd >= 0) close(r->pidfd);
