@@ -540,12 +540,19 @@ static int settle(struct st_pool *p, struct st_error *e)
     return st_pool_progress(p, 0, e);
 }
 
+// Replacements are through (or given up on): a usable barrier, and the time
+// since the first death that needed them.
+static void replaced(struct st_pool *p)
+{
+    st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
+    if (p->died_ns != UINT64_MAX) p->last_replace_s = (now_ns() - p->died_ns) * 1e-9;
+}
+
 // The step's set is whole again: replay the step, or fail it after its
 // last attempt.
 static int relaunch(struct st_pool *p, struct st_error *e)
 {
-    st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
-    if (p->died_ns != UINT64_MAX) p->last_replace_s = (now_ns() - p->died_ns) * 1e-9;
+    replaced(p);
     if (p->attempt >= ST_POOL_MAX_ATTEMPTS) {
         // A poisoned request fails once a step of it alone has: the hook is spent.
         if (p->poison && p->cmd->kind != SUBTERNARY__STEP_KIND__STEP_BATCH && has_round_of(p->cmd, p->poison_slot))
@@ -593,8 +600,7 @@ int st_pool_pollitems(const struct st_pool *p, zmq_pollitem_t *items)
     return watch_items(p, items, map);
 }
 
-// A set replaced between steps: once whole (or given up on), its barrier is
-// reset and the replacement timed.
+// A set replaced between steps, one poll round of its start.
 static void service_start(struct st_pool *p, int timeout_ms)
 {
     struct st_error e;
@@ -602,8 +608,7 @@ static void service_start(struct st_pool *p, int timeout_ms)
     if (rc == 0) return;
     p->starting = false;
     if (rc < 0) fprintf(stderr, "coordinator: %s\n", e.msg);
-    st_barrier_reset(&p->cfg.ctl->barrier, p->cfg.n_ranks);
-    p->last_replace_s = (now_ns() - p->died_ns) * 1e-9;
+    replaced(p);
 }
 
 void st_pool_service(struct st_pool *p, int timeout_ms)

@@ -375,41 +375,39 @@ static void soak(const char *const *args, int kill_ms)
 }
 
 // One node of 2 workers, 4 slots batched, prompt slices of 64 tokens.
+static const char *const one_node[] = {"--slots", "4", "--prefill-slice", "64", NULL};
+// Two nodes of one worker, 3 slots each batched by 2, slices of 32: more
+// sessions queue, and each node batches its own.
+static const char *const two_nodes[] = {"--nodes", "2", "--workers", "1", "--slots", "3", "--batch", "2",
+                                        "--prefill-slice", "32", NULL};
+
 static void test_soak_one_node(void **state)
 {
     (void)state;
-    const char *args[] = {"--slots", "4", "--prefill-slice", "64", NULL};
-    soak(args, 0);
+    soak(one_node, 0);
 }
 
-// Two nodes of one worker, 3 slots each batched by 2, slices of 32: more
-// sessions queue, and each node batches its own.
 static void test_soak_two_nodes(void **state)
 {
     (void)state;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "3", "--batch", "2", "--prefill-slice", "32",
-                          NULL};
-    soak(args, 0);
+    soak(two_nodes, 0);
 }
 
-// One node as above, a worker SIGKILLed every 100-300 ms: batched steps
-// replay on the replacements and no request notices, but for time.
+// One node, a worker SIGKILLed every 100-300 ms: batched steps replay on
+// the replacements and no request notices, but for time.
 static void test_soak_worker_kills(void **state)
 {
     (void)state;
-    const char *args[] = {"--slots", "4", "--prefill-slice", "64", NULL};
-    soak(args, 200);
+    soak(one_node, 200);
 }
 
-// Two nodes as above, a worker SIGKILLed every 100-300 ms: a set replaces
-// its workers between steps too, while the other steps on, and new sessions
-// go to a whole set where the counts tie.
+// Two nodes, a worker SIGKILLed every 100-300 ms: a set replaces its
+// workers between steps too, while the other steps on, and new sessions go
+// to a whole set where the counts tie.
 static void test_soak_two_nodes_worker_kills(void **state)
 {
     (void)state;
-    const char *args[] = {"--nodes", "2", "--workers", "1", "--slots", "3", "--batch", "2", "--prefill-slice", "32",
-                          NULL};
-    soak(args, 200);
+    soak(two_nodes, 200);
 }
 
 // The prompts (the server tests' four, and two long synthetic ones) and
