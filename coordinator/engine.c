@@ -290,9 +290,10 @@ void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, u
     st_pool_test_crash(eng->node[0].pool, step, rank, barrier);
 }
 
-void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier)
+void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier,
+                           bool killed)
 {
-    st_pool_test_poison(eng->node[0].pool, on, slot, rank, barrier);
+    st_pool_test_poison(eng->node[0].pool, on, slot, rank, barrier, killed);
 }
 
 uint64_t st_engine_steps(const struct st_engine *eng) { return st_pool_steps(eng->node[0].pool); }

@@ -121,8 +121,10 @@ int st_engine_logits(struct st_engine *eng, uint32_t model, const int32_t *token
 void st_engine_test_crash(struct st_engine *eng, uint64_t step, uint32_t rank, uint32_t barrier);
 // Test hook, a poison request: every attempt of every step on node 0 that
 // carries a round of KV slot `slot` (alone or batched) makes rank `rank`
-// _exit at barrier `barrier`, until a step of that round alone has failed.
-void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier);
+// _exit (or, `killed`, SIGKILL itself as if from outside) at barrier
+// `barrier`, until a step of that round alone has failed.
+void st_engine_test_poison(struct st_engine *eng, bool on, uint32_t slot, uint32_t rank, uint32_t barrier,
+                           bool killed);
 // Steps node 0's set has started (the test hook counts these).
 uint64_t st_engine_steps(const struct st_engine *eng);
 

@@ -26,6 +26,8 @@ struct rank {
     bool aborted;   // its reply said aborted
     bool dead;      // died during the step in flight
     int exit_code;  // of the last process in this slot (-1: killed by a signal)
+    bool hung;      // killed by the liveness check
+    bool crashed;   // its death was its own (see lost_from_outside)
     uint64_t died_ns;
 };
 
@@ -48,10 +50,12 @@ struct st_pool {
     uint32_t crash_rank, crash_barrier;
     bool poison;                 // test hook: the rounds of slot poison_slot crash
     uint32_t poison_slot, poison_rank, poison_barrier;
+    bool poison_killed;          // ... by a SIGKILL, as from outside
     // The step in flight (st_pool_submit .. st_pool_progress).
     Subternary__StepCommand *cmd;
     struct st_step_result *res;
     uint32_t attempt;
+    uint32_t crashes;            // attempts of it that a worker crashed in
     bool any_dead;
     char err[512];
     // Replacements starting under the step in flight (the loop goes on meanwhile).
@@ -115,6 +119,14 @@ static int spawn(struct st_pool *p, uint32_t i, struct st_error *e)
     return 0;
 }
 
+// Signals that end a worker from outside (an operator, a test, the OOM
+// killer) rather than a fault of its own: such a death is no evidence that
+// the step it ran is poison.
+static bool lost_from_outside(int sig)
+{
+    return sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+}
+
 static void reap(struct st_pool *p, uint32_t i)
 {
     struct rank *r = &p->r[i];
@@ -126,6 +138,7 @@ static void reap(struct st_pool *p, uint32_t i)
         while ((w = waitpid(r->pid, &status, 0)) < 0 && errno == EINTR) {}
         if (w == r->pid && WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
         else r->exit_code = -1;
+        r->crashed = r->hung || w != r->pid || !WIFSIGNALED(status) || !lost_from_outside(WTERMSIG(status));
     }
     if (r->pidfd >= 0) close(r->pidfd);
     r->pid = 0;
@@ -417,6 +430,7 @@ static void check_hang(struct st_pool *p, uint64_t step_id)
         if (!p->r[i].done && v == mn && p->r[i].pid > 0) {
             fprintf(stderr, "coordinator: worker %u (pid %d) made no progress for %u ms: replacing it\n", i,
                     (int)p->r[i].pid, p->cfg.hang_ms);
+            p->r[i].hung = true; // a hang is its own fault, although ended by our SIGKILL
             kill(p->r[i].pid, SIGKILL);
         }
     }
@@ -440,9 +454,11 @@ static bool has_round_of(const Subternary__StepCommand *cmd, uint32_t slot)
 static void crash_now(struct st_pool *p, Subternary__StepCommand *cmd)
 {
     cmd->crash_at_barrier = cmd->crash_rank = 0;
+    cmd->crash_killed = false;
     if (p->poison && has_round_of(cmd, p->poison_slot)) {
         cmd->crash_at_barrier = p->poison_barrier;
         cmd->crash_rank = p->poison_rank;
+        cmd->crash_killed = p->poison_killed;
     } else if (p->attempt == 1 && p->crash_step == p->steps) {
         cmd->crash_at_barrier = p->crash_barrier;
         cmd->crash_rank = p->crash_rank;
@@ -460,6 +476,7 @@ static void launch(struct st_pool *p)
         p->r[i].done = p->r[i].aborted = p->r[i].dead = false;
         if (p->r[i].status == RANK_READY && send_step(p, i, cmd)) p->r[i].dead = true;
         if (p->r[i].status != RANK_READY) p->r[i].dead = true;
+        if (p->r[i].dead) p->r[i].crashed = false; // lost before it ran the step
     }
     p->err[0] = 0;
     p->any_dead = false;
@@ -483,6 +500,7 @@ int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_st
     }
     p->cmd = cmd;
     p->res = res;
+    p->crashes = 0;
     if (p->starting) { // replaced between steps: st_pool_progress launches once the set is whole
         p->attempt = 0;
         return 0;
@@ -516,6 +534,13 @@ static int settle(struct st_pool *p, struct st_error *e)
     }
     // Replace the dead on their CPUs, make the barrier usable, replay.
     uint64_t died = UINT64_MAX;
+    // Survivors abort after any death; an abort alone counts as a crash.
+    bool crashed = !p->any_dead && aborted;
+    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
+        if (p->r[i].dead && p->r[i].pid > 0) reap(p, i); // its status says how it died
+        crashed |= p->r[i].dead && p->r[i].crashed;
+    }
+    p->crashes += crashed;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
         if (p->r[i].dead || p->r[i].aborted)
             fprintf(stderr, "coordinator: set %u step %llu attempt %u: worker %u %s%s%s\n", p->cfg.node,
@@ -553,12 +578,15 @@ static void replaced(struct st_pool *p)
 static int relaunch(struct st_pool *p, struct st_error *e)
 {
     replaced(p);
-    if (p->attempt >= ST_POOL_MAX_ATTEMPTS) {
+    if (p->crashes >= ST_POOL_MAX_CRASHES || p->attempt >= ST_POOL_MAX_ATTEMPTS) {
         // A poisoned request fails once a step of it alone has: the hook is spent.
         if (p->poison && p->cmd->kind != SUBTERNARY__STEP_KIND__STEP_BATCH && has_round_of(p->cmd, p->poison_slot))
             p->poison = false;
         p->cmd = NULL;
-        return st_error_set(e, "step failed: workers died %u times in a row (poison request?)", p->attempt);
+        if (p->crashes >= ST_POOL_MAX_CRASHES)
+            return st_error_set(e, "step failed: workers crashed %u times in a row (poison request?)", p->crashes);
+        return st_error_set(e, "step failed: workers were killed from outside %u times in a row (%u crashes)",
+                            p->attempt, p->crashes);
     }
     p->attempt++;
     launch(p);
@@ -675,9 +703,10 @@ void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_
     p->crash_rank = rank;
     p->crash_barrier = barrier;
 }
-void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier)
+void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier, bool killed)
 {
     p->poison = on;
+    p->poison_killed = killed;
     p->poison_slot = slot;
     p->poison_rank = rank;
     p->poison_barrier = barrier;

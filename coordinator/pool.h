@@ -5,8 +5,9 @@
 // CPU (it attaches the region: no model reload) and replays the step from
 // the committed state with the same seed.  A hot spare process, attached and
 // with its plans built, waits beside the set: a replacement is an Assign
-// message to it, not a process start.  A step that kills workers three
-// times in a row fails alone.
+// message to it, not a process start.  A step that crashes workers three
+// times in a row fails alone; workers killed from outside (SIGKILL, SIGTERM)
+// count only towards a larger limit of attempts.
 #ifndef ST_COORDINATOR_POOL_H
 #define ST_COORDINATOR_POOL_H
 
@@ -20,7 +21,8 @@
 #include "proto/subternary.pb-c.h"
 #include "shm/workset.h"
 
-#define ST_POOL_MAX_ATTEMPTS 3
+#define ST_POOL_MAX_CRASHES 3  // attempts a worker crashed in: the step is poison
+#define ST_POOL_MAX_ATTEMPTS 8 // attempts in all (workers killed from outside)
 #define ST_POOL_MAX_OPS 32
 
 struct st_pool_config {
@@ -88,7 +90,7 @@ void st_pool_set_idle(struct st_pool *p, st_pool_idle_fn fn, void *ctx, void *ex
 
 // Test hooks (see st_engine_test_crash, st_engine_test_poison).
 void st_pool_test_crash(struct st_pool *p, uint64_t step, uint32_t rank, uint32_t barrier);
-void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier);
+void st_pool_test_poison(struct st_pool *p, bool on, uint32_t slot, uint32_t rank, uint32_t barrier, bool killed);
 // Steps started so far (replays not counted).
 uint64_t st_pool_steps(const struct st_pool *p);
 

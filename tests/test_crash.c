@@ -1,6 +1,7 @@
 // Crash isolation with real worker processes: a rank that dies at any barrier
 // of a step, 20 SIGKILLs from outside during one generation, a hung
-// (SIGSTOPped) worker, and a poison step.  The generated tokens always equal
+// (SIGSTOPped) worker, a poison step, and a step whose worker is killed from
+// outside at every attempt.  The generated tokens always equal
 // the fault-free run's and nothing hangs.
 #include <pthread.h>
 #include <setjmp.h>
@@ -145,14 +146,43 @@ static void test_poison_step(void **state)
     struct st_session *s;
     struct st_error e;
     assert_int_equal(st_session_start(T.eng, &gp, R->prompt_ids, R->n_prompt, ++T.eng->next_session, &s, &e), 0);
-    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3); // its rounds crash a worker
+    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3, false); // its rounds crash a worker
     int32_t buf[64];
     enum st_finish fin;
+    uint64_t restarts = st_pool_restarts(T.eng->node[0].pool);
     assert_int_equal(st_session_round(s, buf, 64, &fin, &e), -1);
     printf("  poison step: %s\n", e.msg);
-    assert_non_null(strstr(e.msg, "3 times"));
+    assert_non_null(strstr(e.msg, "crashed 3 times"));
+    assert_int_equal(st_pool_restarts(T.eng->node[0].pool) - restarts, ST_POOL_MAX_CRASHES);
     st_session_end(&s);
     // The engine still serves other sessions.
+    int32_t *ids;
+    uint32_t n;
+    generate(16, true, &ids, &n, NULL);
+    assert_int_equal(n, 16);
+    free(ids);
+}
+
+// A worker SIGKILLed from outside in every attempt of a step: no evidence
+// that the step is poison (a soak that kills workers every 100-300 ms hit one
+// step three times and failed it), so the step is tried up to the larger
+// limit, and fails then with a message that says so.
+static void test_killed_step_not_poison(void **state)
+{
+    (void)state;
+    struct st_gen_params gp = {.max_tokens = 16, .speculate = true, .k = 4};
+    struct st_session *s;
+    struct st_error e;
+    assert_int_equal(st_session_start(T.eng, &gp, R->prompt_ids, R->n_prompt, ++T.eng->next_session, &s, &e), 0);
+    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3, true);
+    int32_t buf[64];
+    enum st_finish fin;
+    uint64_t restarts = st_pool_restarts(T.eng->node[0].pool);
+    assert_int_equal(st_session_round(s, buf, 64, &fin, &e), -1);
+    printf("  killed in every attempt: %s\n", e.msg);
+    assert_non_null(strstr(e.msg, "outside 8 times"));
+    assert_int_equal(st_pool_restarts(T.eng->node[0].pool) - restarts, ST_POOL_MAX_ATTEMPTS);
+    st_session_end(&s);
     int32_t *ids;
     uint32_t n;
     generate(16, true, &ids, &n, NULL);
@@ -184,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_random_kills),
         cmocka_unit_test(test_hung_worker),
         cmocka_unit_test(test_poison_step),
+        cmocka_unit_test(test_killed_step_not_poison),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -76,7 +76,7 @@ static void test_poison_step_fails_alone(void **state)
                 usleep(2000);
             }
             assert_true(st.tokens_generated >= 16 && st.tokens_generated < 2 * 256);
-            st_engine_test_poison(T.eng, true, N - 1, 1, 3);
+            st_engine_test_poison(T.eng, true, N - 1, 1, 3, false);
         }
         uint32_t ids[11];
         for (int k = 0; k < 11; k++) ids[k] = (uint32_t)prompt[i][k];

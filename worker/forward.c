@@ -5,6 +5,7 @@
 // barrier between dependent ops.  Each rank normalises and quantises the
 // (small) activation rows itself, so no barrier is needed for that.
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,7 +38,10 @@ int st_plan_sync(struct st_plan *p)
 {
     p->barriers++;
     if (p->slot) atomic_store_explicit(&p->slot->step_barriers, p->barriers, memory_order_relaxed);
-    if (p->crash_at_barrier && p->barriers == p->crash_at_barrier) _exit(86); // test hook
+    if (p->crash_at_barrier && p->barriers == p->crash_at_barrier) { // test hook
+        if (p->crash_killed) raise(SIGKILL);
+        _exit(86);
+    }
     double t = p->timing ? now_s() : 0;
     int rc = st_barrier_wait(p->barrier, p->deadline_ns, &p->err);
     account(p, ST_OP_BARRIER, &t, 0);

@@ -247,6 +247,7 @@ int st_worker_main(int argc, char **argv)
                 uint64_t t0 = st_shm_now_ns();
                 plan.deadline_ns = t0 + UINT64_C(600) * 1000000000u;
                 plan.crash_at_barrier = c->crash_rank == a.rank ? c->crash_at_barrier : 0;
+                plan.crash_killed = c->crash_killed;
                 atomic_store(&slot->step_barriers, 0);
                 atomic_store(&slot->step_id, c->step_id);
                 bool aborted;

@@ -72,6 +72,7 @@ struct st_plan {
     uint64_t deadline_ns;
     uint32_t barriers;          // barriers passed in this step
     uint32_t crash_at_barrier;  // test hook: _exit when barriers reaches it (0 off)
+    bool crash_killed;          // ... SIGKILL itself instead, as if from outside
     bool timing;
     uint32_t cur_model;          // model of the forward in progress
     double op_seconds[ST_LAYOUT_MAX_MODELS][ST_OP_COUNT];
