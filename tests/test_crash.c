@@ -139,28 +139,35 @@ static void test_hung_worker(void **state)
     free(ref);
 }
 
-static void test_poison_step(void **state)
+// A session whose every round makes rank 1 die at barrier 3 (an _exit, or
+// `killed`: a SIGKILL as from outside): its round fails with `want` in the
+// message after `attempts` replacements, and the engine still serves others.
+static void failing_round(bool killed, const char *want, uint64_t attempts)
 {
-    (void)state;
     struct st_gen_params gp = {.max_tokens = 16, .speculate = true, .k = 4};
     struct st_session *s;
     struct st_error e;
     assert_int_equal(st_session_start(T.eng, &gp, R->prompt_ids, R->n_prompt, ++T.eng->next_session, &s, &e), 0);
-    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3, false); // its rounds crash a worker
+    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3, killed);
     int32_t buf[64];
     enum st_finish fin;
     uint64_t restarts = st_pool_restarts(T.eng->node[0].pool);
     assert_int_equal(st_session_round(s, buf, 64, &fin, &e), -1);
-    printf("  poison step: %s\n", e.msg);
-    assert_non_null(strstr(e.msg, "crashed 3 times"));
-    assert_int_equal(st_pool_restarts(T.eng->node[0].pool) - restarts, ST_POOL_MAX_CRASHES);
+    printf("  %s: %s\n", killed ? "killed in every attempt" : "poison step", e.msg);
+    assert_non_null(strstr(e.msg, want));
+    assert_int_equal(st_pool_restarts(T.eng->node[0].pool) - restarts, attempts);
     st_session_end(&s);
-    // The engine still serves other sessions.
     int32_t *ids;
     uint32_t n;
     generate(16, true, &ids, &n, NULL);
     assert_int_equal(n, 16);
     free(ids);
+}
+
+static void test_poison_step(void **state)
+{
+    (void)state;
+    failing_round(false, "crashed 3 times", ST_POOL_MAX_CRASHES);
 }
 
 // A worker SIGKILLed from outside in every attempt of a step: no evidence
@@ -170,24 +177,7 @@ static void test_poison_step(void **state)
 static void test_killed_step_not_poison(void **state)
 {
     (void)state;
-    struct st_gen_params gp = {.max_tokens = 16, .speculate = true, .k = 4};
-    struct st_session *s;
-    struct st_error e;
-    assert_int_equal(st_session_start(T.eng, &gp, R->prompt_ids, R->n_prompt, ++T.eng->next_session, &s, &e), 0);
-    st_engine_test_poison(T.eng, true, st_session_slot(s), 1, 3, true);
-    int32_t buf[64];
-    enum st_finish fin;
-    uint64_t restarts = st_pool_restarts(T.eng->node[0].pool);
-    assert_int_equal(st_session_round(s, buf, 64, &fin, &e), -1);
-    printf("  killed in every attempt: %s\n", e.msg);
-    assert_non_null(strstr(e.msg, "outside 8 times"));
-    assert_int_equal(st_pool_restarts(T.eng->node[0].pool) - restarts, ST_POOL_MAX_ATTEMPTS);
-    st_session_end(&s);
-    int32_t *ids;
-    uint32_t n;
-    generate(16, true, &ids, &n, NULL);
-    assert_int_equal(n, 16);
-    free(ids);
+    failing_round(true, "outside 8 times", ST_POOL_MAX_ATTEMPTS);
 }
 
 static int setup(void **state)
