@@ -490,7 +490,7 @@ int st_pool_submit(struct st_pool *p, Subternary__StepCommand *cmd, struct st_st
     memset(res, 0, sizeof *res);
     p->steps++;
     // Deaths since the last look were before this step: they do not count
-    // among its attempts (three deaths in a row fail a step as poison).  The
+    // among its attempts (crashes or attempts in a row fail a step).  The
     // idle hook stays out: the caller is in the middle of its own loop.
     if (!p->starting) {
         st_pool_idle_fn idle = p->idle;
@@ -534,26 +534,23 @@ static int settle(struct st_pool *p, struct st_error *e)
     }
     // Replace the dead on their CPUs, make the barrier usable, replay.
     uint64_t died = UINT64_MAX;
-    // Survivors abort after any death; an abort alone counts as a crash.
-    bool crashed = !p->any_dead && aborted;
-    for (uint32_t i = 0; i < p->cfg.n_ranks; i++) {
-        if (p->r[i].dead && p->r[i].pid > 0) reap(p, i); // its status says how it died
-        crashed |= p->r[i].dead && p->r[i].crashed;
-    }
-    p->crashes += crashed;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
         if (p->r[i].dead || p->r[i].aborted)
             fprintf(stderr, "coordinator: set %u step %llu attempt %u: worker %u %s%s%s\n", p->cfg.node,
                     (unsigned long long)p->cmd->step_id, p->attempt, i, p->r[i].dead ? "died" : "aborted",
                     p->err[0] ? ": " : "", p->err);
+    // Survivors abort after any death; an abort alone counts as a crash.
+    bool crashed = !p->any_dead && aborted;
     for (uint32_t i = 0; i < p->cfg.n_ranks; i++)
         if (p->r[i].dead) {
             if (p->r[i].died_ns && p->r[i].died_ns < died) died = p->r[i].died_ns;
-            reap(p, i);
+            reap(p, i); // its wait status says whether it crashed
+            crashed |= p->r[i].crashed;
             p->r[i].dead = false;
             p->restarts++;
             res->restarts++;
         }
+    p->crashes += crashed;
     // The replacements start while the caller's loop goes on (other sets'
     // steps, clients); st_pool_progress relaunches once they said hello.
     if (start_down(p, e)) {
